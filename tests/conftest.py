@@ -1,0 +1,57 @@
+"""Shared fixtures: the real SmolLM2 (fp32, for exactness), tiny random-init models (for fast shape and edge
+tests), and real prompts from GSM8K held-out, MT-bench and HumanEval rendered with the chat template."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastforward.core.decoder import GenerationConfig
+from fastforward.data import load_dataset, render_prompt
+from fastforward.models.loading import LoadedModel, load_model
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> LoadedModel:
+    return load_model("smollm2-135m", "float32", threads=2)
+
+
+@pytest.fixture(scope="session")
+def real_prompts(smollm2: LoadedModel) -> list[list[int]]:
+    """24 real prompts: 8 GSM8K held-out, 8 MT-bench first turns, 8 HumanEval."""
+    samples = load_dataset("gsm8k", 8) + load_dataset("mtbench", 8) + load_dataset("humaneval", 8)
+    return [render_prompt(smollm2.tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+
+
+def make_tiny(arch: str = "llama", vocab: int = 512, seed: int = 0) -> LoadedModel:
+    """A random-init 2-layer model of the given architecture; tokenizer-free (ids only)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=vocab - 1,
+        bos_token_id=0,
+        tie_word_embeddings=False,
+    )
+    cfg = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch](**common)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    model.requires_grad_(False)
+    return LoadedModel(name=f"tiny-{arch}", path=Path("."), model=model, tokenizer=None, dtype="float32")
+
+
+@pytest.fixture()
+def tiny() -> LoadedModel:
+    return make_tiny()
+
+
+def greedy_config(n: int, eos: tuple[int, ...] = ()) -> GenerationConfig:
+    return GenerationConfig(max_new_tokens=n, eos_token_ids=eos)
