@@ -13,7 +13,9 @@ import sys
 
 from fastforward.errors import FastForwardError
 
-COMMANDS = ("models", "generate", "bench", "trace", "collect", "train_cllm", "eval_cllm", "train_chimera")
+COMMANDS = (
+    "models", "generate", "bench", "score", "trace", "collect", "train_cllm", "eval_cllm", "train_chimera",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
