@@ -1,0 +1,7 @@
+"""``python -m fastforward.cli``: same as the ``fastforward`` script."""
+
+import sys
+
+from fastforward.cli import main
+
+sys.exit(main())

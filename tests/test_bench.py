@@ -1,0 +1,77 @@
+"""The bench JSON contract that later issues and checks read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from fastforward.bench.runner import run_bench
+from fastforward.core.decoder import GenerationConfig
+from fastforward.data import load_dataset
+from fastforward.decoders.registry import build_decoder, parse_options, resolve_methods
+
+
+def test_run_bench_contract_on_real_model(smollm2):
+    samples = load_dataset("mtbench", 1)  # two turns -> two generations per method
+    decoders = {m: build_decoder(m, smollm2) for m in ("ar", "hf_generate")}
+    cfg = GenerationConfig(max_new_tokens=8, eos_token_ids=smollm2.eos_token_ids)
+    out = run_bench(smollm2, decoders, samples, cfg, "mtbench", warmup=1)
+    assert {"model", "dtype", "dataset", "hardware", "methods"} <= out.keys()
+    for name in ("ar", "hf_generate"):
+        m = out["methods"][name]
+        assert {
+            "tokens_per_s",
+            "speedup_vs_ar",
+            "mean_accepted_tokens",
+            "identical_to_ar",
+            "samples",
+        } <= m.keys()
+        assert m["samples"] == 2 and m["tokens_per_s"] > 0
+    assert out["methods"]["ar"]["speedup_vs_ar"] == 1.0
+    assert out["methods"]["ar"]["mean_accepted_tokens"] == 1.0
+    assert out["methods"]["hf_generate"]["identical_to_ar"] == 1.0
+    assert out["ar_vs_hf_generate"] > 0
+    json.dumps(out)  # serialisable
+
+
+def test_cli_bench_writes_json_and_table(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fastforward.cli",
+            "bench",
+            "--dataset",
+            "gsm8k",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--methods",
+            "ar,hf_generate",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["dataset"] == "gsm8k" and data["methods"]["ar"]["samples"] == 1
+    assert "| ar |" in out.with_suffix(".md").read_text()
+
+
+def test_method_resolution_and_options():
+    assert resolve_methods("ar,hf_generate", have_draft=False) == ["ar", "hf_generate"]
+    assert "ar" in resolve_methods("all", have_draft=False)
+    assert "consultant" not in resolve_methods("all", have_draft=True)  # lossy methods are opt-in
+    assert parse_options(["block_size=16", "eps=2.5", "init=random", "adaptive=true"]) == {
+        "block_size": 16,
+        "eps": 2.5,
+        "init": "random",
+        "adaptive": True,
+    }
