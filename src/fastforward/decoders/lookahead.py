@@ -1,0 +1,218 @@
+"""Lookahead decoding (Fu et al. 2024): a Jacobi window proposes n-grams, a pool keeps them, and the target
+verifies pooled n-grams in the same forward that advances the window. Exact greedy.
+
+One forward feeds, after the cached prefix:
+- the *anchor* (last committed token, position P);
+- the *lookahead branch*: R <= N-1 rows of W tokens, the last R Jacobi iterates of a window; the token in
+  row r, column i sits at position P + 1 + r + i and sees the anchor, row 0 up to column i and its own
+  column in rows 1..r (so each column plus the new output is a plausible N-gram);
+- the *verification branch*: up to G pooled (N-1)-token continuations of the anchor, each a causal chain.
+All of it is one tree (every token sees its ancestors), so :func:`tree_visibility` gives the 4D mask and the
+tree depths the position ids. The longest verified candidate plus one bonus token (the target's argmax
+after it) is committed; only the KV of the anchor and the accepted candidate tokens is kept.
+
+Defaults are sized for a CPU in bfloat16, where a forward over ~25 tokens costs ~1.3-1.8x a one-token
+forward (docs/results/jacobi_lookahead.md); the paper's GPU settings (W=15, N=5, G=15) cost far more here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fastforward.core.cache import keep_positions, new_cache
+from fastforward.core.decoder import Decoder, GenerationConfig, TokenCallback, apply_stops
+from fastforward.core.masks import additive_mask, tree_depths, tree_visibility
+from fastforward.core.stats import DecodeStats
+from fastforward.errors import FastForwardError
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    window: int = 4  # W: columns of the Jacobi window
+    ngram: int = 4  # N: n-gram size (window keeps N-1 rows; candidates have N-1 tokens)
+    candidates: int = 4  # G: most pooled n-grams verified per step (also kept per first token)
+    pool_size: int = 4096  # most distinct first tokens in the pool (LRU eviction)
+    prompt_ngrams: bool = True  # seed the pool with the prompt's n-grams
+    seed: int = 0  # seed of the window's random initialisation from the prompt
+
+    def validate(self) -> None:
+        for key, low in (("window", 1), ("ngram", 2), ("candidates", 1), ("pool_size", 1)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise FastForwardError(f"lookahead: {key} must be an integer >= {low}, got {v!r}")
+
+
+class NGramPool:
+    """n-grams keyed by their first token; each key keeps its ``per_key`` most recent continuations and the
+    pool its ``max_keys`` most recently used keys (LRU)."""
+
+    def __init__(self, max_keys: int, per_key: int) -> None:
+        self.max_keys, self.per_key = max_keys, per_key
+        self._pool: OrderedDict[int, OrderedDict[tuple[int, ...], None]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._pool.values())
+
+    def add(self, ngram: Sequence[int]) -> None:
+        key, cont = int(ngram[0]), tuple(int(t) for t in ngram[1:])
+        bucket = self._pool.setdefault(key, OrderedDict())
+        bucket[cont] = None
+        bucket.move_to_end(cont)
+        while len(bucket) > self.per_key:
+            bucket.popitem(last=False)
+        self._pool.move_to_end(key)
+        while len(self._pool) > self.max_keys:
+            self._pool.popitem(last=False)
+
+    def candidates(self, token: int, k: int) -> list[tuple[int, ...]]:
+        """Up to ``k`` continuations of ``token``, most recent first."""
+        bucket = self._pool.get(int(token))
+        if not bucket:
+            return []
+        self._pool.move_to_end(int(token))
+        return list(reversed(bucket))[:k]
+
+
+def verify_greedy(
+    candidates: Sequence[Sequence[int]], anchor_next: int, outputs: Sequence[Sequence[int]]
+) -> tuple[int, int, int]:
+    """Pick the candidate whose longest prefix matches the target's own argmax chain.
+
+    ``anchor_next`` is the argmax after the anchor; ``outputs[g][k]`` the argmax after candidate g's token k.
+    Returns (best candidate or -1, accepted tokens of it, bonus token that follows them).
+    """
+    best, best_len, bonus = -1, 0, anchor_next
+    for g, cand in enumerate(candidates):
+        expect, n = anchor_next, 0
+        for k, tok in enumerate(cand):
+            if tok != expect:
+                break
+            n, expect = n + 1, outputs[g][k]
+        if n > best_len:
+            best, best_len, bonus = g, n, expect
+    return best, best_len, bonus
+
+
+def step_layout(rows: int, width: int, cands: int, cand_len: int) -> list[int]:
+    """Parents of the tokens of one step: anchor, lookahead rows (row-major), then candidate chains."""
+    parents = [-1]
+
+    def at(r: int, i: int) -> int:
+        return 1 + r * width + i
+
+    for r in range(rows):
+        for i in range(width):
+            parents.append((0 if i == 0 else at(0, i - 1)) if r == 0 else at(r - 1, i))
+    base = 1 + rows * width
+    for g in range(cands):
+        for k in range(cand_len):
+            parents.append(0 if k == 0 else base + g * cand_len + k - 1)
+    return parents
+
+
+def window_ngrams(rows: Sequence[Sequence[int]], last_out: Sequence[int]) -> list[list[int]]:
+    """One n-gram per column: the column top to bottom, then the target's output after its last row."""
+    return [[row[i] for row in rows] + [int(last_out[i])] for i in range(len(last_out))]
+
+
+class LookaheadDecoder(Decoder):
+    name = "lookahead"
+    lossless = True
+
+    def __init__(self, model: torch.nn.Module, config: LookaheadConfig | None = None) -> None:
+        super().__init__(model)
+        self.config = config or LookaheadConfig()
+        self.config.validate()
+        self._layouts: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
+
+    def _layout(self, rows: int, cands: int) -> tuple[torch.Tensor, list[int]]:
+        key = (rows, cands)
+        if key not in self._layouts:
+            c = self.config
+            parents = step_layout(rows, c.window, cands, c.ngram - 1)
+            self._layouts[key] = (tree_visibility(parents), tree_depths(parents))
+        return self._layouts[key]
+
+    def _generate(
+        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
+    ) -> list[int]:
+        if not config.sampling.greedy:
+            raise FastForwardError("lookahead decodes greedily only (temperature 0)")
+        c, dev = self.config, self.device
+        dtype = next(self.model.parameters()).dtype
+        prompt = prompt_ids[0].tolist()
+        pool = NGramPool(c.pool_size, c.candidates)
+        if c.prompt_ngrams:
+            for i in range(len(prompt) - c.ngram + 1):
+                pool.add(prompt[i : i + c.ngram])
+        rows = [random.Random(c.seed).choices(prompt, k=c.window)]
+
+        cache = new_cache(self.model)
+        out = self.model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        tokens, done = apply_stops([], [int(out.logits[0, -1].argmax())], config)
+        stats.record_step(len(tokens))
+        emit(tokens)
+        anchor_pos = len(prompt)
+        ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
+        hist: list[int] = []
+        while not done:
+            cands = pool.candidates(tokens[-1], c.candidates)
+            vis, depths = self._layout(len(rows), len(cands))
+            flat = [tokens[-1]] + [t for row in rows for t in row] + [t for cand in cands for t in cand]
+            out = self.model(
+                input_ids=torch.tensor([flat], device=dev),
+                position_ids=torch.tensor([depths], device=dev) + anchor_pos,
+                attention_mask=additive_mask(vis, anchor_pos, dtype, dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            nxt = out.logits[0].argmax(-1).tolist()  # [k]
+            base = 1 + len(rows) * c.window
+            cand_out = [
+                nxt[base + g * (c.ngram - 1) : base + (g + 1) * (c.ngram - 1)] for g in range(len(cands))
+            ]
+            best, accepted, bonus = verify_greedy(cands, nxt[0], cand_out)
+
+            last_out = nxt[base - c.window : base]  # outputs of the window's last row
+            if len(rows) == c.ngram - 1:
+                for ng in window_ngrams(rows, last_out):
+                    pool.add(ng)
+                rows = rows[1:] + [last_out]
+            else:
+                rows.append(last_out)
+
+            new = (list(cands[best][:accepted]) if best >= 0 else []) + [bonus]
+            keep, done = apply_stops(tokens, new, config)
+            tokens += keep
+            stats.record_step(len(keep))
+            emit(keep)
+            start = base + best * (c.ngram - 1)
+            keep_positions(cache, anchor_pos, [0] + [start + k for k in range(accepted)])
+            anchor_pos += 1 + accepted
+
+            ex["steps"] += 1
+            ex["pool_hits"] += int(bool(cands))
+            ex["accepted_from_pool"] += accepted
+            ex["candidates_verified"] += len(cands)
+            ex["forward_tokens"] += len(flat)
+            hist.extend([0] * (len(keep) + 1 - len(hist)))
+            hist[len(keep)] += 1
+        stats.extras.update(ex, accepted_hist=hist)  # accepted_hist[k]: steps that committed k tokens
+        return tokens
+
+
+def build(name: str, target, draft, options: dict) -> LookaheadDecoder:
+    known = set(LookaheadConfig.__dataclass_fields__)
+    aliases = {"W": "window", "N": "ngram", "G": "candidates"}
+    opts = {aliases.get(k, k): v for k, v in options.items()}
+    unknown = set(opts) - known
+    if unknown:
+        raise FastForwardError(
+            f"lookahead: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+        )
+    return LookaheadDecoder(target.model, LookaheadConfig(**opts))
