@@ -1,0 +1,77 @@
+"""``fastforward train-cllm``: consistency training on collected trajectories -> a plain HF model directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fastforward.training.augment import CleanConfig
+from fastforward.training.cllm import TrainConfig, train
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-cllm", help="train a CLLM (consistency + AR loss) on Jacobi trajectories")
+    p.add_argument("--model", default="smollm2-135m", help="the model the trajectories came from")
+    p.add_argument(
+        "--data", required=True, help="trajectory file (fastforward JSONL or Consistency_LLM layout)"
+    )
+    p.add_argument("--out", required=True, help="output model directory")
+    p.add_argument("--loss", default="global", choices=["global", "local"])
+    p.add_argument("--distance", default="fkl", choices=["fkl", "rkl", "js"])
+    p.add_argument("--ar-weight", type=float, default=10.0, help="w in L = consistency + w * AR")
+    p.add_argument("--ar-target", default="teacher", choices=["teacher", "labels"])
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--states-per-block", type=int, default=2, help="noisy states packed per block and step")
+    p.add_argument("--batch-size", type=int, default=1, help="prompts per optimizer step")
+    p.add_argument("--max-steps", type=int, default=100)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--max-packed-tokens", type=int, default=2048)
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only the end)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mixed-precision", default="bf16", choices=["bf16", "no"])
+    p.add_argument("--augment", type=int, default=1, help="augmented copies per intermediate state (0: off)")
+    p.add_argument("--max-run", type=int, default=10, help="drop blocks with a run of this many equal tokens")
+    p.add_argument("--ngram", type=int, default=8)
+    p.add_argument("--max-ngram-repeats", type=int, default=3, help="0 disables the n-gram rule")
+    p.add_argument("--min-sentence-tokens", type=int, default=6, help="0 disables the sentence rule")
+    p.add_argument("--lora", action="store_true", help="train LoRA adapters (needs peft), merged at the end")
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--log-every", type=int, default=10)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = TrainConfig(
+        model=args.model,
+        data=args.data,
+        out=args.out,
+        loss=args.loss,
+        distance=args.distance,
+        ar_weight=args.ar_weight,
+        ar_target=args.ar_target,
+        label_smoothing=args.label_smoothing,
+        states_per_block=args.states_per_block,
+        batch_size=args.batch_size,
+        max_steps=args.max_steps,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        max_packed_tokens=args.max_packed_tokens,
+        save_every=args.save_every,
+        resume=args.resume,
+        seed=args.seed,
+        mixed_precision=args.mixed_precision,
+        augment_per_state=args.augment,
+        clean=CleanConfig(args.max_run, args.ngram, args.max_ngram_repeats, args.min_sentence_tokens),
+        lora=args.lora,
+        lora_r=args.lora_r,
+        log_every=args.log_every,
+    )
+    res = train(cfg)
+    print(
+        f"train-cllm: {res.steps} steps, {res.train_tokens} packed tokens, {res.consistency_positions} "
+        f"consistency positions, {res.wall_time_s:.0f}s -> {res.out}",
+        file=sys.stderr,
+    )
+    return 0

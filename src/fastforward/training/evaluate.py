@@ -1,0 +1,171 @@
+"""Base model vs CLLM on held-out prompts: the numbers that say whether consistency training worked.
+
+Per model, on the same prompts:
+- speed dtype (bf16 by default): greedy AR and Jacobi (registry method ``jacobi``), timed; Jacobi tokens per
+  forward (mean accepted tokens, prefill counted as a forward, Spec-Bench convention), fast-forwarded tokens
+  per iteration and stationary tokens per block, speedup = Jacobi tok/s / AR tok/s;
+- GSM8K accuracy of the greedy AR output and of the Jacobi output, repetition rate of the outputs;
+- perplexity (fp32) of each model on the teacher's answers (the base model's greedy AR outputs);
+- exactness (fp32): Jacobi output == the same model's greedy AR output, on the first ``exact_limit`` prompts.
+Every prompt counts in every statistic (no filtering).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from fastforward.core.decoder import GenerationConfig
+from fastforward.data import load_dataset, render_prompt
+from fastforward.data.gsm8k import is_correct
+from fastforward.errors import FastForwardError
+from fastforward.training.augment import CleanConfig, is_repetitive
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    base: str
+    cllm: str
+    dataset: str = "gsm8k"
+    split: str = "heldout"
+    limit: int = 5
+    block_size: int = 16
+    max_new_tokens: int = 256
+    speed_dtype: str = "bfloat16"
+    exact_limit: int | None = None  # prompts for the fp32 exactness check (None = all)
+    warmup: int = 1
+    data_path: str | None = None
+
+
+def perplexity(model: torch.nn.Module, prompt: list[int], answer: list[int]) -> tuple[float, int]:
+    """Summed NLL of ``answer`` given ``prompt`` and the number of answer tokens."""
+    if not answer:
+        return 0.0, 0
+    ids = torch.tensor([prompt + answer], device=next(model.parameters()).device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :], reduction="sum")
+    return float(nll), len(answer)
+
+
+def _decode_all(decoder, prompts: list[list[int]], gen: GenerationConfig, warmup: int) -> dict[str, Any]:
+    for p in prompts[:warmup]:
+        decoder.generate(p, gen)
+    outs, new, forwards, wall = [], 0, 0, 0.0
+    extras: dict[str, float] = {}
+    for p in prompts:
+        r = decoder.generate(p, gen)
+        outs.append(r.tokens)
+        new += r.stats.new_tokens
+        forwards += r.stats.target_forwards
+        wall += r.stats.wall_time_s
+        for k, v in r.stats.extras.items():
+            if isinstance(v, (int, float)):
+                extras[k] = extras.get(k, 0) + v
+    return {"outputs": outs, "new_tokens": new, "forwards": forwards, "wall_s": wall, "extras": extras}
+
+
+def _model_report(
+    ref: str, cfg: EvalConfig, samples, teacher: list[list[int]] | None, log
+) -> tuple[dict[str, Any], list[list[int]]]:
+    from fastforward.decoders.registry import build_decoder
+    from fastforward.models.loading import load_model
+
+    speed = load_model(ref, cfg.speed_dtype)
+    tok = speed.tokenizer
+    prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+    gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, eos_token_ids=speed.eos_token_ids)
+    log(f"eval {ref}: AR and Jacobi ({cfg.speed_dtype}) on {len(prompts)} prompts")
+    ar = _decode_all(build_decoder("ar", speed), prompts, gen, cfg.warmup)
+    try:
+        jac_dec = build_decoder("jacobi", speed, None, {"block_size": cfg.block_size})
+    except (ModuleNotFoundError, FastForwardError) as e:
+        raise FastForwardError(f"the jacobi decoder is not available: {e}") from None
+    jac = _decode_all(jac_dec, prompts, gen, cfg.warmup)
+    del speed
+
+    fp32 = load_model(ref, "float32")
+    n_exact = len(prompts) if cfg.exact_limit is None else min(cfg.exact_limit, len(prompts))
+    log(f"eval {ref}: fp32 exactness on {n_exact} prompts, perplexity")
+    exact = 0
+    ar32, jac32 = (
+        build_decoder("ar", fp32),
+        build_decoder("jacobi", fp32, None, {"block_size": cfg.block_size}),
+    )
+    for p in prompts[:n_exact]:
+        exact += ar32.generate(p, gen).tokens == jac32.generate(p, gen).tokens
+    teacher = teacher if teacher is not None else ar["outputs"]
+    nll, count = 0.0, 0
+    for p, a in zip(prompts, teacher, strict=True):
+        x, c = perplexity(fp32.model, p, a)
+        nll, count = nll + x, count + c
+
+    def text(ids: list[int]) -> str:
+        return tok.decode(ids, skip_special_tokens=True)
+
+    golds = [s.answer for s in samples]
+    clean = CleanConfig()
+    ex = jac["extras"]
+    ar_tps = ar["new_tokens"] / ar["wall_s"] if ar["wall_s"] else 0.0
+    jac_tps = jac["new_tokens"] / jac["wall_s"] if jac["wall_s"] else 0.0
+    report = {
+        "model": ref,
+        "prompts": len(prompts),
+        "mean_accepted_tokens": jac["new_tokens"] / max(1, jac["forwards"]),
+        "fast_forward_per_iteration": ex.get("fast_forward_tokens", 0)
+        / max(1, ex.get("fixed_point_iterations", 0)),
+        "stationary_per_block": ex.get("stationary_tokens", 0) / max(1, ex.get("blocks", 0)),
+        "iterations_per_block": ex.get("iterations", 0) / max(1, ex.get("blocks", 0)),
+        "ar_tokens_per_s": ar_tps,
+        "jacobi_tokens_per_s": jac_tps,
+        "speedup_vs_ar": jac_tps / ar_tps if ar_tps else None,
+        "accuracy": _accuracy([text(o) for o in ar["outputs"]], golds),
+        "jacobi_accuracy": _accuracy([text(o) for o in jac["outputs"]], golds),
+        "repetition_rate": sum(is_repetitive(o, clean) for o in ar["outputs"]) / max(1, len(prompts)),
+        "mean_new_tokens": ar["new_tokens"] / max(1, len(prompts)),
+        "perplexity_on_teacher_answers": math.exp(nll / count) if count else None,
+        "fp32_jacobi_equals_ar": f"{exact}/{n_exact}",
+        "fp32_exact": exact == n_exact,
+        "speed_dtype": cfg.speed_dtype,
+    }
+    return report, ar["outputs"]
+
+
+def _accuracy(texts: list[str], golds: list[str | None]) -> float | None:
+    pairs = [(t, g) for t, g in zip(texts, golds, strict=True) if g is not None]
+    return sum(is_correct(t, g) for t, g in pairs) / len(pairs) if pairs else None
+
+
+def evaluate(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dict[str, Any]:
+    from fastforward.bench.hardware import describe
+
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    t0 = time.perf_counter()
+    samples = load_dataset(cfg.dataset, cfg.limit, split=cfg.split, data_path=cfg.data_path)
+    base, teacher = _model_report(cfg.base, cfg, samples, None, log)
+    cllm, _ = _model_report(cfg.cllm, cfg, samples, teacher, log)
+    train_tokens = None
+    try:
+        import json
+        from pathlib import Path
+
+        meta = Path(cfg.cllm) / "cllm_training.json"
+        if meta.exists():
+            train_tokens = json.loads(meta.read_text()).get("train_tokens")
+    except (OSError, ValueError):
+        pass
+    return {
+        "base": base,
+        "cllm": cllm,
+        "train_tokens": train_tokens,
+        "wall_time_s": time.perf_counter() - t0,
+        "hardware": describe(),
+        "command": shlex.join(command) if command else None,
+        "config": asdict(cfg),
+    }
