@@ -1,0 +1,159 @@
+"""Drafters propose a chain of tokens after the committed sequence; the engine's target forward judges them.
+
+A drafter has three verbs: ``reset()`` before a generation, ``propose(ctx) -> Proposal`` (tokens, and the
+distributions they were drawn from when sampling) and ``observe(accepted)`` after the verdict. Three kinds:
+
+- :class:`ModelDrafter`: a small model sharing the target's tokenizer, with its own KV cache kept in sync
+  by comparing what it has cached with the committed sequence (rollback, never a copy);
+- :class:`PromptLookupDrafter`: n-gram matching over prompt + output (prompt lookup decoding), no model;
+- :func:`shallow_view`: the target's first k layers + final norm + LM head as a model of its own (sharing
+  the target's weights), driven by :class:`ModelDrafter` for self-speculative layer skipping.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from fastforward.core.cache import new_cache, rollback
+from fastforward.core.decoder import SamplingConfig
+from fastforward.core.sampling import processed_probs, sample_from
+from fastforward.errors import FastForwardError
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    tokens: list[int]  # committed sequence: prompt + output so far
+    gamma: int  # propose at most this many tokens
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    eos_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]  # [g] draft tokens, g <= gamma (may be empty)
+    probs: torch.Tensor | None = None  # [g, V] distributions the tokens were drawn from; None = deterministic
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class ModelDrafter:
+    """Autoregressive drafting with a model's public forward and its own DynamicCache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = new_cache(self.model)
+        self.cached: list[int] = []  # the token ids whose KV the cache holds, in order
+
+    def _next_logits(self, feed: list[int]) -> torch.Tensor:
+        start = len(self.cached)
+        out = self.model(
+            input_ids=torch.tensor([feed], device=self.device),
+            position_ids=torch.arange(start, start + len(feed), device=self.device)[None],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.cached += feed
+        return out.logits[0, -1]  # [V]
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        # Keep the cached prefix that still agrees with the committed tokens; feed at least one token.
+        keep = min(common_prefix(self.cached, ctx.tokens), len(ctx.tokens) - 1)
+        rollback(self.cache, keep)
+        del self.cached[keep:]
+        feed = ctx.tokens[keep:]
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        for _ in range(ctx.gamma):
+            logits = self._next_logits(feed)
+            if ctx.sampling.greedy:
+                tok = int(logits.argmax(-1))
+            else:
+                q = processed_probs(logits, ctx.sampling)  # [V]
+                tok = int(sample_from(q, ctx.generator))
+                probs.append(q)
+            tokens.append(tok)
+            if tok in ctx.eos_token_ids:
+                break
+            feed = [tok]
+        return Proposal(tokens, torch.stack(probs) if probs else None)
+
+    def observe(self, accepted: int) -> None:
+        """Nothing to do: the next ``propose`` trims the cache to what was committed."""
+
+
+def find_ngram_continuation(tokens: list[int], gamma: int, ngram_max: int, ngram_min: int) -> list[int]:
+    """Prompt lookup: the longest suffix n-gram (ngram_max down to ngram_min) that occurred earlier in
+    ``tokens``; return up to ``gamma`` tokens that followed its most recent earlier occurrence."""
+    length = len(tokens)
+    for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
+        suffix = tokens[length - n :]
+        for start in range(length - n - 1, -1, -1):  # most recent match first, excluding the suffix itself
+            if tokens[start : start + n] == suffix:
+                return tokens[start + n : start + n + gamma]
+    return []
+
+
+class PromptLookupDrafter:
+    """N-gram matching over prompt + output (Saxena 2023, prompt lookup decoding): deterministic drafts."""
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        if not 1 <= ngram_min <= ngram_max:
+            raise FastForwardError(f"need 1 <= ngram_min <= ngram_max, got {ngram_min} and {ngram_max}")
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        return Proposal(find_ngram_continuation(ctx.tokens, ctx.gamma, self.ngram_max, self.ngram_min))
+
+    def observe(self, accepted: int) -> None:
+        pass
+
+
+def shallow_view(model: torch.nn.Module, layers: int) -> torch.nn.Module:
+    """The target's first ``layers`` decoder layers + final norm + LM head, as a model of the same class.
+
+    No weights are copied: the view's submodules ARE the target's. The only architecture assumption (the
+    one adapter) is the standard HF decoder layout ``model.model.{embed_tokens, layers, norm, rotary_emb}``
+    and ``model.lm_head``; its forward only runs ``config.num_hidden_layers`` layers, so the view is an
+    ordinary model with its own (shorter) KV cache.
+    """
+    inner = getattr(model, "model", None)
+    parts = ("embed_tokens", "layers", "norm", "rotary_emb")
+    if inner is None or not all(hasattr(inner, p) for p in parts) or not hasattr(model, "lm_head"):
+        raise FastForwardError(
+            f"layerskip needs a decoder with model.{{{', '.join(parts)}}} and lm_head; "
+            f"{type(model).__name__} does not have them"
+        )
+    total = len(inner.layers)
+    if not 1 <= layers < total:
+        raise FastForwardError(f"layerskip: layers must be in [1, {total - 1}] for this model, got {layers}")
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = layers
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = list(cfg.layer_types[:layers])
+    with torch.device("meta"):
+        view = type(model)(cfg)
+    for p in parts:
+        setattr(view.model, p, getattr(inner, p))
+    view.model.layers = torch.nn.ModuleList(list(inner.layers[:layers]))
+    view.lm_head = model.lm_head
+    if any(t.is_meta for t in list(view.parameters()) + list(view.buffers())):
+        raise FastForwardError(f"layerskip: {type(model).__name__} has parts this view does not share")
+    return view.eval()

@@ -1,0 +1,192 @@
+"""The draft-then-verify loop: one target forward per step over [last committed token + draft tokens].
+
+Invariant: the target's KV cache holds every committed token except the last one. A step feeds that last
+token and the g draft tokens at explicit positions, the verifier returns how many drafts are accepted and
+the target's recovered/bonus token, the loop commits them through ``apply_stops`` (so EOS and
+max_new_tokens end exactly where AR would) and crops the cache back to committed length - 1 (no copies).
+
+Counters (summed over samples by the bench; derive rates from them):
+``spec_steps`` verification forwards; ``spec_proposed`` / ``spec_accepted`` draft tokens proposed /
+accepted; ``spec_recovered`` / ``spec_bonus`` how each step's target token arose;
+``spec_proposed_per_position`` / ``spec_accepted_per_position`` the same by draft position (lists);
+``spec_gamma_sum`` the sum of per-step draft budgets (mean gamma = spec_gamma_sum / spec_steps).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from fastforward.core.cache import new_cache, rollback
+from fastforward.core.decoder import (
+    Decoder,
+    GenerationConfig,
+    SamplingConfig,
+    Timer,
+    TokenCallback,
+    apply_stops,
+)
+from fastforward.core.sampling import make_generator, processed_probs, select_token
+from fastforward.core.stats import DecodeStats
+from fastforward.decoders.speculative.drafters import DraftContext, Proposal
+from fastforward.decoders.speculative.verifiers import (
+    Verdict,
+    verify_consultant,
+    verify_greedy,
+    verify_rejection,
+    verify_typical,
+)
+from fastforward.errors import FastForwardError
+
+# (draft tokens [g], draft probs [g, V] | None, target logits [g + 1, V], sampling, generator, state) -> Verdict
+Verifier = Callable[
+    [list[int], torch.Tensor | None, torch.Tensor, SamplingConfig, torch.Generator | None, float], Verdict
+]
+
+
+def exact_verifier(draft, draft_probs, logits, cfg, gen, state) -> Verdict:
+    """Lossless: greedy equality when greedy, rejection sampling on processed_probs when sampling."""
+    if cfg.greedy:
+        return verify_greedy(draft, logits)
+    p = processed_probs(logits, cfg)  # [g + 1, V]
+    if draft_probs is not None and draft_probs.shape[-1] != p.shape[-1]:
+        draft_probs = _match_vocab(draft_probs, p.shape[-1])
+    return verify_rejection(draft, draft_probs, p, gen)
+
+
+def typical_verifier(eps: float, alpha: float) -> Verifier:
+    return lambda draft, _q, logits, cfg, gen, _s: verify_typical(draft, logits, cfg, gen, eps, alpha)
+
+
+def consultant_verifier(eps: float, beta: float) -> Verifier:
+    return lambda draft, _q, logits, cfg, gen, r: verify_consultant(draft, logits, cfg, gen, r, eps, beta)
+
+
+def _match_vocab(q: torch.Tensor, size: int) -> torch.Tensor:
+    """Draft and target of one family may pad their LM heads differently; extra rows carry no mass."""
+    if q.shape[-1] > size:
+        return q[..., :size]
+    return torch.nn.functional.pad(q, (0, size - q.shape[-1]))
+
+
+def next_gamma(gamma: int, proposed: int, accepted: int, lo: int, hi: int) -> int:
+    """Adaptive draft length: +1 after a full acceptance, -1 after a rejection, kept in [lo, hi]."""
+    if proposed == 0:
+        return gamma
+    return min(hi, gamma + 1) if accepted == proposed else max(lo, gamma - 1)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    gamma: int = 5
+    adaptive: bool = False
+    gamma_max: int = 12  # upper bound of the adaptive schedule
+    require_sampling: bool = False  # sd-sample: refuse greedy configs
+
+    def validate(self) -> None:
+        if self.gamma < 1:
+            raise FastForwardError(f"gamma (draft length) must be >= 1, got {self.gamma}")
+        if self.adaptive and self.gamma_max < self.gamma:
+            raise FastForwardError(f"gamma_max ({self.gamma_max}) must be >= gamma ({self.gamma})")
+
+
+class SpeculativeDecoder(Decoder):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        drafter,
+        verifier: Verifier,
+        spec: SpecConfig,
+        name: str,
+        lossless: bool,
+    ) -> None:
+        super().__init__(model)
+        spec.validate()
+        self.drafter, self.verifier, self.spec = drafter, verifier, spec
+        self.name, self.lossless = name, lossless
+
+    def _generate(
+        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
+    ) -> list[int]:
+        cfg = config.sampling
+        if self.spec.require_sampling and cfg.greedy:
+            raise FastForwardError(
+                f"method '{self.name}' samples: pass --temperature > 0 (use 'sd' for greedy)"
+            )
+        gen = make_generator(cfg, self.device)
+        cache = new_cache(self.model)
+        t0 = time.perf_counter()
+        out = self.model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        tokens, done = apply_stops([], [int(select_token(out.logits[0, -1], cfg, gen))], config)
+        stats.prefill_time_s = time.perf_counter() - t0
+        stats.record_step(len(tokens))
+        emit(tokens)
+        prompt = prompt_ids[0].tolist()
+        self.drafter.reset()
+        ex = _Counters()
+        gamma, state = self.spec.gamma, 0.0
+        while not done:
+            seq = prompt + tokens
+            g = min(gamma, config.max_new_tokens - len(tokens) - 1)
+            proposal = Proposal([])
+            if g > 0:
+                with Timer(stats, "draft_time_s"):
+                    ctx = DraftContext(seq, g, cfg, gen, config.eos_token_ids)
+                    proposal = self.drafter.propose(ctx)
+            draft = proposal.tokens
+            n_seq = len(seq)
+            logits = self.model(
+                input_ids=torch.tensor([[seq[-1]] + draft], device=self.device),
+                position_ids=torch.arange(n_seq - 1, n_seq + len(draft), device=self.device)[None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[0]  # [g + 1, V]
+            verdict = self.verifier(draft, proposal.probs, logits, cfg, gen, state)
+            state = verdict.state if verdict.state is not None else state
+            keep, done = apply_stops(tokens, verdict.tokens(draft), config)
+            tokens += keep
+            stats.record_step(len(keep))
+            emit(keep)
+            rollback(cache, n_seq + verdict.accepted)
+            self.drafter.observe(verdict.accepted)
+            ex.add(g, len(draft), verdict)
+            if self.spec.adaptive:
+                gamma = next_gamma(gamma, len(draft), verdict.accepted, 1, self.spec.gamma_max)
+        stats.extras.update(ex.as_dict())
+        return tokens
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.steps = self.proposed = self.accepted = self.recovered = self.bonus = self.gamma_sum = 0
+        self.proposed_at: list[int] = []
+        self.accepted_at: list[int] = []
+
+    def add(self, gamma: int, proposed: int, v: Verdict) -> None:
+        self.steps += 1
+        self.gamma_sum += gamma
+        self.proposed += proposed
+        self.accepted += v.accepted
+        self.bonus += int(v.bonus)
+        self.recovered += int(not v.bonus)
+        grow = max(0, proposed - len(self.proposed_at))
+        self.proposed_at += [0] * grow
+        self.accepted_at += [0] * grow
+        for i in range(proposed):
+            self.proposed_at[i] += 1
+            self.accepted_at[i] += int(i < v.accepted)
+
+    def as_dict(self) -> dict:
+        return {
+            "spec_steps": self.steps,
+            "spec_gamma_sum": self.gamma_sum,
+            "spec_proposed": self.proposed,
+            "spec_accepted": self.accepted,
+            "spec_recovered": self.recovered,
+            "spec_bonus": self.bonus,
+            "spec_proposed_per_position": self.proposed_at,
+            "spec_accepted_per_position": self.accepted_at,
+        }

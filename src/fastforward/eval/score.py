@@ -1,0 +1,85 @@
+"""Add quality to a bench JSON: GSM8K accuracy and HumanEval pass@1 per method, and each relative to AR.
+
+Reads ``methods[NAME].per_sample[i]`` (``id`` is ``gsm8k-<index>`` or ``HumanEval/<n>``, ``text`` the
+decoded output), marks each sample ``correct`` and writes ``methods[NAME].quality``:
+``{"gsm8k": {"correct", "n", "accuracy", "relative_to_ar"}, "humaneval": {..., "pass_at_1", ...}}``.
+Samples of other datasets (MT-bench, ShareGPT) are left unscored. Only turn 0 is scored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fastforward.errors import FastForwardError
+
+BASELINE = "ar"
+
+
+def _references(ids: set[str]) -> dict[str, dict]:
+    refs: dict[str, dict] = {}
+    if any(i.startswith("gsm8k-") for i in ids):
+        from fastforward.data import gsm8k
+
+        refs.update({s.id: {"gold": s.answer} for s in gsm8k.load("all") if s.id in ids})
+    if any(i.startswith("HumanEval/") for i in ids):
+        from fastforward.data import humaneval
+
+        refs.update({s.id: dict(s.meta) for s in humaneval.load() if s.id in ids})
+    return refs
+
+
+def score_sample(sample_id: str, text: str, ref: dict, timeout_s: float) -> tuple[str, bool] | None:
+    """(dataset, correct) for one output, or None when the dataset has no automatic score."""
+    if sample_id.startswith("gsm8k-"):
+        from fastforward.data.gsm8k import is_correct
+
+        return "gsm8k", is_correct(text, ref["gold"])
+    if sample_id.startswith("HumanEval/"):
+        from fastforward.eval.humaneval import check_completion
+
+        return "humaneval", check_completion(ref, text, timeout_s).passed
+    return None
+
+
+def score_result(result: dict[str, Any], timeout_s: float = 10.0) -> dict[str, Any]:
+    """Score every method in place and return ``{method: quality}``."""
+    methods = result.get("methods")
+    if not isinstance(methods, dict) or not methods:
+        raise FastForwardError("not a bench result: no 'methods'")
+    ids = {s["id"] for m in methods.values() for s in m.get("per_sample", [])}
+    refs = _references(ids)
+    for m in methods.values():
+        tally: dict[str, list[int]] = {}
+        for s in m.get("per_sample", []):
+            if s.get("turn", 0) != 0 or s["id"] not in refs:
+                continue
+            scored = score_sample(s["id"], s.get("text", ""), refs[s["id"]], timeout_s)
+            if scored is None:
+                continue
+            name, ok = scored
+            s["correct"] = ok
+            t = tally.setdefault(name, [0, 0])
+            t[0] += int(ok)
+            t[1] += 1
+        metric = {"gsm8k": "accuracy", "humaneval": "pass_at_1"}
+        m["quality"] = {k: {"correct": c, "n": n, metric[k]: c / n} for k, (c, n) in tally.items()}
+    base = methods.get(BASELINE, {}).get("quality", {})
+    for m in methods.values():
+        for k, q in m["quality"].items():
+            key = "accuracy" if k == "gsm8k" else "pass_at_1"
+            ref = base.get(k, {}).get(key)
+            q["relative_to_ar"] = q[key] / ref if ref else None
+    return {n: m["quality"] for n, m in methods.items()}
+
+
+def score_file(path: str | Path, timeout_s: float = 10.0) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        result = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise FastForwardError(f"cannot read bench result {p}: {e}") from e
+    quality = score_result(result, timeout_s)
+    p.write_text(json.dumps(result, indent=2) + "\n")
+    return quality

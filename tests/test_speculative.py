@@ -1,0 +1,174 @@
+"""Speculative engine: exact greedy equality with AR in fp32 on real prompts (pld, layerskip, sd), stop
+handling, seeded sampling, and clear errors for bad configurations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastforward.core.decoder import GenerationConfig, SamplingConfig
+from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.speculative.drafters import find_ngram_continuation
+from fastforward.errors import FastForwardError
+from fastforward.models.loading import LoadedModel, load_model
+
+from .conftest import greedy_config, make_tiny
+
+N_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def ar_reference(smollm2, real_prompts) -> list[list[int]]:
+    ar = ARDecoder(smollm2.model)
+    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
+    return [ar.generate(ids, cfg).tokens for ids in real_prompts]
+
+
+def _assert_identical(decoder, prompts, refs, eos, min_prompts=20):
+    cfg = greedy_config(N_TOKENS, eos)
+    proposed = accepted = 0
+    for ids, ref in zip(prompts, refs, strict=True):
+        out = decoder.generate(ids, cfg)
+        assert out.tokens == ref
+        assert sum(out.stats.accepted_per_step) == len(ref) == out.stats.new_tokens
+        proposed += out.stats.extras["spec_proposed"]
+        accepted += out.stats.extras["spec_accepted"]
+    assert len(prompts) >= min_prompts
+    return proposed, accepted
+
+
+def test_pld_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, ar_reference):
+    dec = build_decoder("pld", smollm2, None, {"gamma": 5})
+    proposed, accepted = _assert_identical(dec, real_prompts, ar_reference, smollm2.eos_token_ids)
+    assert proposed > 0 and 0 < accepted < proposed  # both verdicts exercised
+
+
+def test_layerskip_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, ar_reference):
+    dec = build_decoder("layerskip", smollm2, None, {"layers": 26, "gamma": 3})
+    proposed, accepted = _assert_identical(dec, real_prompts[:20], ar_reference[:20], smollm2.eos_token_ids)
+    assert 0 < accepted < proposed
+
+
+def test_sd_equals_greedy_ar_fp32_with_a_bf16_copy_as_draft(smollm2, real_prompts, ar_reference):
+    """The bf16 copy of SmolLM2 disagrees with fp32 now and then, so rejections and draft-cache rollback
+    are exercised while the target's tokens must stay exactly AR's."""
+    draft = load_model("smollm2-135m", "bfloat16")
+    dec = build_decoder("sd", smollm2, draft, {"gamma": 4})
+    idx = list(range(0, len(real_prompts), 3))
+    proposed, accepted = _assert_identical(
+        dec, [real_prompts[i] for i in idx], [ar_reference[i] for i in idx], smollm2.eos_token_ids, 8
+    )
+    assert accepted > 0.5 * proposed
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_sd_tiny_pair_equals_ar_with_rejections(adaptive):
+    """Two differently seeded random models: almost every draft is rejected, the output must not change."""
+    target, draft = make_tiny(seed=0), make_tiny(seed=1)
+    ar = ARDecoder(target.model)
+    dec = _build_untokenized("sd", target, draft, {"gamma": 3, "adaptive": adaptive, "gamma_max": 6})
+    for prompt in ([1, 2, 3], [7] * 5, list(range(10, 40))):
+        cfg = greedy_config(20)
+        assert dec.generate(prompt, cfg).tokens == ar.generate(prompt, cfg).tokens
+
+
+def test_sd_self_draft_accepts_everything_and_counts_per_position():
+    target = make_tiny(seed=0)
+    dec = _build_untokenized("sd", target, target, {"gamma": 4})
+    out = dec.generate([1, 2, 3], greedy_config(21))
+    ex = out.stats.extras
+    assert ex["spec_accepted"] == ex["spec_proposed"] == 16  # 21 = 1 prefill token + 4 steps x (4 + bonus)
+    assert ex["spec_accepted_per_position"] == ex["spec_proposed_per_position"] == [4, 4, 4, 4]
+    assert out.stats.target_forwards == 5 and out.stats.accepted_per_step == [1, 5, 5, 5, 5]
+
+
+def test_eos_and_max_new_tokens_stop_exactly_like_ar():
+    target = make_tiny(seed=0)
+    ar = ARDecoder(target.model)
+    full = ar.generate([4, 5, 6], greedy_config(15)).tokens
+    eos = (full[6],)
+    cut = full[: full.index(eos[0]) + 1]
+    for name, draft in (("sd", target), ("pld", None)):
+        dec = _build_untokenized(name, target, draft, {"gamma": 5})
+        assert dec.generate([4, 5, 6], greedy_config(15, eos)).tokens == cut
+        for n in (1, 2, 7, 15):
+            assert dec.generate([4, 5, 6], greedy_config(n)).tokens == full[:n]
+
+
+def test_streaming_callback_sees_every_committed_token():
+    target = make_tiny(seed=0)
+    seen: list[int] = []
+    out = _build_untokenized("sd", target, make_tiny(seed=2), {}).generate(
+        [1, 2], greedy_config(17), on_tokens=seen.extend
+    )
+    assert seen == out.tokens
+
+
+def test_sampling_is_reproducible_with_a_seed_and_sd_sample_refuses_greedy():
+    target, draft = make_tiny(seed=0), make_tiny(seed=1)
+    cfg = GenerationConfig(16, (), SamplingConfig(temperature=1.0, top_k=20, seed=5))
+    for name in ("sd-sample", "consultant", "typical", "pld"):
+        dec = _build_untokenized(name, target, draft if name != "pld" else None, {})
+        assert dec.generate([3, 4], cfg).tokens == dec.generate([3, 4], cfg).tokens
+    with pytest.raises(FastForwardError, match="temperature"):
+        _build_untokenized("sd-sample", target, draft, {}).generate([3, 4], greedy_config(4))
+
+
+@pytest.mark.parametrize("gamma", [0, -2])
+def test_gamma_below_one_is_a_clear_error(gamma):
+    target = make_tiny()
+    with pytest.raises(FastForwardError, match="gamma"):
+        _build_untokenized("pld", target, None, {"gamma": gamma})
+
+
+def test_unknown_option_and_bad_layers_are_clear_errors():
+    target = make_tiny()
+    with pytest.raises(FastForwardError, match="unknown option"):
+        _build_untokenized("pld", target, None, {"gamme": 3})
+    with pytest.raises(FastForwardError, match="layers"):
+        _build_untokenized("layerskip", target, None, {"layers": 2})
+
+
+def test_tokenizer_mismatch_is_refused(smollm2):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({"[UNK]": 0, "def": 1, "f": 2, "x": 3}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    other = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]")
+    tiny = make_tiny()
+    draft = LoadedModel(
+        name="tiny-other-tokenizer", path=Path("."), model=tiny.model, tokenizer=other, dtype="float32"
+    )
+    for name in ("sd", "consultant"):
+        with pytest.raises(FastForwardError, match="different tokenizers"):
+            build_decoder(name, smollm2, draft, {})
+
+
+def test_ngram_lookup_prefers_longest_and_most_recent_match():
+    toks = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 2, 3]
+    assert find_ngram_continuation(toks, 3, 3, 1) == [7, 8, 5]  # "2 3" -> most recent earlier "2 3 7 8 5"
+    assert find_ngram_continuation([1, 2, 3, 4], 3, 3, 1) == []
+    assert find_ngram_continuation([5, 6, 5], 4, 3, 1) == [6, 5]
+
+
+def _build_untokenized(name: str, target: LoadedModel, draft: LoadedModel | None, options: dict):
+    """Tiny models have no tokenizer (ids only); build() compares tokenizers only when both have one."""
+    return build_decoder(name, target, draft, options)
+
+
+def test_layerskip_view_shares_weights_and_matches_a_truncated_forward():
+    target = make_tiny(seed=0)
+    from fastforward.decoders.speculative.drafters import shallow_view
+
+    view = shallow_view(target.model, 1)
+    assert view.lm_head.weight is target.model.lm_head.weight
+    assert view.model.layers[0] is target.model.model.layers[0] and len(view.model.layers) == 1
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        hidden = target.model.model(input_ids=ids, output_hidden_states=True).hidden_states[1]
+        expected = target.model.lm_head(target.model.model.norm(hidden))
+        assert torch.allclose(view(input_ids=ids).logits, expected, atol=1e-5)
