@@ -14,7 +14,16 @@ import sys
 from fastforward.errors import FastForwardError
 
 COMMANDS = (
-    "models", "generate", "bench", "score", "trace", "collect", "train_cllm", "eval_cllm", "train_chimera",
+    "models",
+    "generate",
+    "bench",
+    "report",
+    "score",
+    "trace",
+    "collect",
+    "train_cllm",
+    "eval_cllm",
+    "train_chimera",
 )
 
 

@@ -1,0 +1,32 @@
+"""``fastforward report RESULT.json ...``: print the markdown table of saved benchmark results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fastforward.bench.report import markdown_table
+from fastforward.errors import FastForwardError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="markdown tables from saved bench JSON files")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for f in args.files:
+        try:
+            data = json.loads(Path(f).read_text())
+            table = markdown_table(data)
+        except FileNotFoundError:
+            raise FastForwardError(f"no such result file: {f}") from None
+        except (json.JSONDecodeError, KeyError) as e:
+            raise FastForwardError(
+                f"{f} is not a fastforward bench result ({type(e).__name__}: {e})"
+            ) from None
+        print(table)
+        print()
+    return 0
