@@ -1,0 +1,9 @@
+"""Chimera (Zeng et al. 2024): a lightweight draft model on top of a frozen target, trained by self-distillation.
+
+- :mod:`fastforward.chimera.model`: trigram encoder (+ LRU cache), full-context encoder, residual heads.
+- :mod:`fastforward.chimera.tree`: the static candidate tree and path acceptance (greedy, typical).
+- :mod:`fastforward.chimera.data`: self-distillation data with the target's last hidden states cached on disk.
+- :mod:`fastforward.chimera.train`: training, resume, evaluation (head top-k accuracy); saves a small draft.
+
+The decoder that uses a trained draft is :mod:`fastforward.decoders.chimera`.
+"""

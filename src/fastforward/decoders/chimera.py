@@ -1,0 +1,161 @@
+"""Chimera decoding: the trained draft proposes a static tree, the target verifies it in ONE forward.
+
+Per step: the draft's heads give top-k candidates (:meth:`DraftState.propose`), arranged in the static tree
+(:mod:`fastforward.chimera.tree`); the target reads [root ; tree] with the tree mask and tree position ids
+(:mod:`fastforward.core.masks`) through its public forward, returning logits and last hidden states; a pure
+function picks the longest accepted path (exact greedy by default, typical acceptance with ``accept=typical``,
+lossy); the KV cache keeps that path contiguously (:func:`keep_positions`); the draft observes the target's
+hidden states of the accepted nodes. Accepted counts include the bonus token the target always adds.
+
+Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chimera``), ``tree=default|chain``,
+``accept=greedy|typical``, ``eps=0.09``, ``alpha=0.3``, ``cache=16384`` (trigram LRU capacity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fastforward.chimera.model import ChimeraDraft
+from fastforward.chimera.tree import (
+    Tree,
+    accept_greedy,
+    accept_typical,
+    chain_tree,
+    default_tree,
+    tree_tokens,
+)
+from fastforward.core.cache import keep_positions, new_cache
+from fastforward.core.decoder import Decoder, GenerationConfig, Timer, TokenCallback, apply_stops
+from fastforward.core.masks import additive_mask, positions, tree_visibility
+from fastforward.core.sampling import make_generator, select_token
+from fastforward.core.stats import DecodeStats
+from fastforward.errors import FastForwardError
+
+
+@dataclass(frozen=True)
+class ChimeraOptions:
+    heads: str = ""
+    tree: str = "default"  # default | chain
+    accept: str = "greedy"  # greedy (lossless) | typical (lossy)
+    eps: float = 0.09
+    alpha: float = 0.3
+    cache: int = 16384
+
+    def validate(self) -> None:
+        if self.tree not in ("default", "chain"):
+            raise FastForwardError(f"chimera: tree must be 'default' or 'chain', got '{self.tree}'")
+        if self.accept not in ("greedy", "typical"):
+            raise FastForwardError(f"chimera: accept must be 'greedy' or 'typical', got '{self.accept}'")
+        if self.cache < 1:
+            raise FastForwardError("chimera: cache must be >= 1")
+
+
+class ChimeraDecoder(Decoder):
+    name = "chimera"
+
+    def __init__(self, model: torch.nn.Module, draft: ChimeraDraft, options: ChimeraOptions) -> None:
+        super().__init__(model)
+        options.validate()
+        impl = getattr(model.config, "_attn_implementation", "sdpa")
+        if impl and "flash" in str(impl):
+            raise FastForwardError(f"chimera needs 4D tree masks; attention '{impl}' does not take them")
+        self.draft, self.options = draft, options
+        k = draft.cfg.num_heads
+        self.tree: Tree = chain_tree(k) if options.tree == "chain" else default_tree(k)
+        self.lossless = options.accept == "greedy"
+
+    def _generate(
+        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
+    ) -> list[int]:
+        opts, tree = self.options, self.tree
+        if not config.sampling.greedy and opts.accept == "greedy":
+            raise FastForwardError("chimera: sampling needs accept=typical (greedy acceptance is exact only)")
+        gen = make_generator(config.sampling, self.device)
+        cache = new_cache(self.model)
+        state = self.draft.new_state(opts.cache)
+        visible = tree_visibility(tree.parents)
+        head_hits = [0] * self.draft.cfg.num_heads
+        accepted_drafts: list[int] = []
+
+        with Timer(stats, "prefill_time_s"):
+            out = self.model(
+                input_ids=prompt_ids, past_key_values=cache, use_cache=True, output_hidden_states=True,
+                logits_to_keep=1,
+            )  # fmt: skip
+        prefix = prompt_ids.shape[1]
+        token = int(select_token(out.logits[0, -1], config.sampling, gen))
+        tokens, done = apply_stops([], [token], config)
+        stats.record_step(len(tokens))
+        emit(tokens)
+        with Timer(stats, "draft_time_s"):
+            state.observe(prompt_ids[0].tolist() + [token], out.hidden_states[-1][0])
+        while not done:
+            with Timer(stats, "draft_time_s"):
+                top_ids, _ = state.propose(tree.top_k)  # [K, top_k]
+            node_tokens = tree_tokens(tree, token, top_ids)
+            out = self.model(
+                input_ids=torch.tensor([node_tokens], device=self.device),
+                position_ids=positions(tree.depths, prefix, self.device),
+                attention_mask=additive_mask(visible, prefix, self.model.dtype, self.device),
+                past_key_values=cache,
+                use_cache=True,
+                output_hidden_states=True,
+            )
+            logits = out.logits[0]  # [N + 1, V]
+            if opts.accept == "greedy":
+                path = accept_greedy(node_tokens, tree.parents, logits.argmax(-1).tolist())
+            else:
+                temp = config.sampling.temperature if config.sampling.temperature > 0 else 1.0
+                probs = torch.softmax(logits.float() / temp, -1)
+                path = accept_typical(node_tokens, tree.parents, probs, opts.eps, opts.alpha)
+            token = int(select_token(logits[path[-1]], config.sampling, gen))
+            new = [node_tokens[i] for i in path[1:]] + [token]
+            keep_positions(cache, prefix, path)
+            prefix += len(path)
+            keep, done = apply_stops(tokens, new, config)
+            tokens += keep
+            stats.record_step(len(keep))
+            emit(keep)
+            accepted_drafts.append(len(path) - 1)
+            for d in range(len(path) - 1):
+                head_hits[d] += 1
+            if not done:
+                with Timer(stats, "draft_time_s"):
+                    state.observe(new, out.hidden_states[-1][0, path])
+
+        hist = [0] * (tree.max_depth + 1)
+        for a in accepted_drafts:
+            hist[a] += 1
+        # numbers and per-position lists only: the bench sums them over samples
+        stats.extras.update(
+            {
+                "tree": f"{opts.tree}:{tree.size}",
+                "draft_steps": len(accepted_drafts),
+                "accepted_drafts_hist": hist,  # [d] = tree forwards that accepted d drafted tokens
+                "trigram_cache_hits": state.cache.hits,
+                "trigram_cache_lookups": state.cache.lookups,
+                "head_accepted": head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
+            }
+        )
+        return tokens
+
+
+def build(name: str, target, draft, options: dict) -> ChimeraDecoder:
+    from fastforward.chimera.train import load_draft
+
+    known = set(ChimeraOptions.__dataclass_fields__)
+    unknown = set(options) - known
+    if unknown:
+        raise FastForwardError(
+            f"chimera: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}"
+        )
+    opts = ChimeraOptions(
+        **{k: (str(v) if k in ("heads", "tree", "accept") else v) for k, v in options.items()}
+    )
+    if not opts.heads:
+        raise FastForwardError(
+            "chimera needs a trained draft: --opt heads=PATH (see `fastforward train-chimera`)"
+        )
+    return ChimeraDecoder(target.model, load_draft(opts.heads, target.model), opts)
