@@ -24,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bfloat16", choices=list(DTYPES), help="dtype of the timed runs")
     p.add_argument("--exact-limit", type=int, default=None, help="prompts for the fp32 exactness check")
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="results/cllm_gsm8k.json")
     p.set_defaults(func=run)
 
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         exact_limit=args.exact_limit,
         warmup=args.warmup,
         data_path=args.data_path,
+        device=args.device,
     )
     result = evaluate(cfg, command=["fastforward", *sys.argv[1:]])
     out = Path(args.out)

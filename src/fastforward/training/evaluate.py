@@ -41,6 +41,7 @@ class EvalConfig:
     exact_limit: int | None = None  # prompts for the fp32 exactness check (None = all)
     warmup: int = 1
     data_path: str | None = None
+    device: str = "cpu"
 
 
 def perplexity(model: torch.nn.Module, prompt: list[int], answer: list[int]) -> tuple[float, int]:
@@ -77,7 +78,7 @@ def _model_report(
     from fastforward.decoders.registry import build_decoder
     from fastforward.models.loading import load_model
 
-    speed = load_model(ref, cfg.speed_dtype)
+    speed = load_model(ref, cfg.speed_dtype, cfg.device)
     tok = speed.tokenizer
     prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
     gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, eos_token_ids=speed.eos_token_ids)
@@ -90,7 +91,7 @@ def _model_report(
     jac = _decode_all(jac_dec, prompts, gen, cfg.warmup)
     del speed
 
-    fp32 = load_model(ref, "float32")
+    fp32 = load_model(ref, "float32", cfg.device)
     n_exact = len(prompts) if cfg.exact_limit is None else min(cfg.exact_limit, len(prompts))
     log(f"eval {ref}: fp32 exactness on {n_exact} prompts, perplexity")
     exact = 0

