@@ -75,7 +75,7 @@ def test_teacher_forced_training_pass_equals_inference_chain(variant):
     h = torch.randn(1, length, 32)
     with torch.no_grad():
         z, _ = draft(ids, h)  # [1, K, L, d]
-        state = draft.new_state(cache_capacity=4)
+        state = draft.new_state(4)
         state.observe(ids[0, :3].tolist(), h[0, :2])  # commit in two chunks, like prefill + one step
         state.observe(ids[0, 3 : n + 1].tolist(), h[0, 2:n])
         top_ids, top_p = state.propose(5, force=ids[0, n + 1 : n + 3].tolist())

@@ -296,8 +296,9 @@ class ChimeraDraft(nn.Module):
 
     # ----------------------------------------------------------------- inference
 
-    def new_state(self, cache_capacity: int = 16384) -> DraftState:
-        return DraftState(self, cache_capacity)
+    def new_state(self, cache: TrigramLRU | int = 16384) -> DraftState:
+        """State for one generation; pass a :class:`TrigramLRU` to keep trigram states across generations."""
+        return DraftState(self, cache if isinstance(cache, TrigramLRU) else TrigramLRU(cache))
 
 
 class DraftState:
@@ -305,9 +306,9 @@ class DraftState:
 
     Invariant: ``len(tokens) == n_llm + 1`` (the target's newest token has no target state yet)."""
 
-    def __init__(self, draft: ChimeraDraft, cache_capacity: int) -> None:
+    def __init__(self, draft: ChimeraDraft, cache: TrigramLRU) -> None:
         self.draft = draft
-        self.cache = TrigramLRU(cache_capacity)
+        self.cache = cache
         self.tokens: list[int] = []
         self.last_h: torch.Tensor | None = None  # h_llm[n-1]: [d]
         self.kv_llm: list[torch.Tensor] = []  # chunks of [1, t, H, dh] keys and values, concatenated lazily

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.chimera.model import ChimeraDraft
+from fastforward.chimera.model import ChimeraDraft, TrigramLRU
 from fastforward.chimera.tree import (
     Tree,
     accept_greedy,
@@ -65,6 +65,8 @@ class ChimeraDecoder(Decoder):
         k = draft.cfg.num_heads
         self.tree: Tree = chain_tree(k) if options.tree == "chain" else default_tree(k)
         self.lossless = options.accept == "greedy"
+        # the trigram cache outlives one generation (the paper's lookup table); weights never change here
+        self.trigram_cache = TrigramLRU(options.cache)
 
     def _generate(
         self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
@@ -74,7 +76,8 @@ class ChimeraDecoder(Decoder):
             raise FastForwardError("chimera: sampling needs accept=typical (greedy acceptance is exact only)")
         gen = make_generator(config.sampling, self.device)
         cache = new_cache(self.model)
-        state = self.draft.new_state(opts.cache)
+        state = self.draft.new_state(self.trigram_cache)
+        hits0, lookups0 = state.cache.hits, state.cache.lookups
         visible = tree_visibility(tree.parents)
         head_hits = [0] * self.draft.cfg.num_heads
         accepted_drafts: list[int] = []
@@ -134,8 +137,8 @@ class ChimeraDecoder(Decoder):
                 "tree": f"{opts.tree}:{tree.size}",
                 "draft_steps": len(accepted_drafts),
                 "accepted_drafts_hist": hist,  # [d] = tree forwards that accepted d drafted tokens
-                "trigram_cache_hits": state.cache.hits,
-                "trigram_cache_lookups": state.cache.lookups,
+                "trigram_cache_hits": state.cache.hits - hits0,
+                "trigram_cache_lookups": state.cache.lookups - lookups0,
                 "head_accepted": head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
             }
         )

@@ -1,0 +1,127 @@
+"""Self-distillation data for Chimera: the target answers real prompts, and its last hidden states are cached.
+
+Prompts: ShareGPT first human turns and the GSM8K *train* part (GSM8K's held-out part and a distant ShareGPT
+slice are kept for evaluation). The target answers greedily; one more forward over prompt + answer gives the
+last hidden states ``h_llm`` and the target's argmax after every position (the labels: under greedy
+verification the draft must predict exactly what the target would choose). Each record is one small
+safetensors file, written once: a rerun skips the records already on disk (resume after interruption).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from fastforward.core.decoder import GenerationConfig
+from fastforward.data import Sample, load_dataset, render_prompt
+from fastforward.decoders.ar import ARDecoder
+from fastforward.models.loading import LoadedModel, log
+
+HELDOUT_SHAREGPT_OFFSET = 8000  # evaluation ShareGPT prompts come from beyond this index
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    sharegpt: int = 40  # prompts from ShareGPT
+    gsm8k: int = 40  # prompts from the GSM8K train part
+    max_new_tokens: int = 128
+    max_prompt_tokens: int = 384
+    heldout: bool = False  # evaluation prompts instead of training prompts
+    hidden_dtype: str = "bfloat16"  # storage dtype of h_llm on disk
+
+
+def prompt_samples(cfg: DistillConfig) -> list[Sample]:
+    """Training: ShareGPT [0, n) + GSM8K train part; held-out: ShareGPT [offset, offset + n) + GSM8K held-out."""
+    out: list[Sample] = []
+    if cfg.sharegpt:
+        start = HELDOUT_SHAREGPT_OFFSET if cfg.heldout else 0
+        out += load_dataset("sharegpt", start + cfg.sharegpt)[start:]
+    if cfg.gsm8k:
+        out += load_dataset("gsm8k", cfg.gsm8k, split="heldout" if cfg.heldout else "train")
+    return out
+
+
+def target_states(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward: last hidden states [L, d] and the target's argmax after every position [L]."""
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=True)
+    return out.hidden_states[-1][0], out.logits[0].argmax(-1)
+
+
+def collect(target: LoadedModel, out_dir: str | Path, cfg: DistillConfig) -> Path:
+    """Write one record per prompt into ``out_dir`` (skipping records already there); returns the dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"target": target.name, "hidden_size": _hidden(target), "config": asdict(cfg)}
+    meta_path = out / "meta.json"
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        if old.get("hidden_size") != meta["hidden_size"] or old.get("target") != meta["target"]:
+            raise ValueError(
+                f"{out} holds data of another target ({old.get('target')}); use another --data dir"
+            )
+    meta_path.write_text(json.dumps(meta, indent=1))
+    prompts = []
+    for sample in prompt_samples(cfg):
+        ids = render_prompt(target.tokenizer, [{"role": "user", "content": sample.turns[0]}])
+        prompts.append(ids[-cfg.max_prompt_tokens :])
+    return write_records(target, prompts, out, cfg)
+
+
+def write_records(target: LoadedModel, prompts: list[list[int]], out: Path, cfg: DistillConfig) -> Path:
+    """Answer each prompt (greedy AR) and store ids, target states and labels; record i <-> prompts[i]."""
+    out.mkdir(parents=True, exist_ok=True)
+    decoder = ARDecoder(target.model)
+    gen_cfg = GenerationConfig(max_new_tokens=cfg.max_new_tokens, eos_token_ids=target.eos_token_ids)
+    storage = getattr(torch, cfg.hidden_dtype)
+    written = 0
+    for i, ids in enumerate(prompts):
+        path = out / f"rec_{i:06d}.safetensors"
+        if path.exists():
+            continue
+        answer = decoder.generate(ids, gen_cfg).tokens
+        hidden, nxt = target_states(target.model, ids + answer)
+        record = {
+            "ids": torch.tensor(ids + answer, dtype=torch.long),
+            "hidden": hidden.to(storage).contiguous(),
+            "next": nxt.to(torch.long).contiguous(),
+            "prompt_len": torch.tensor([len(ids)], dtype=torch.long),
+        }
+        tmp = path.with_name(path.name + ".tmp")
+        save_file(record, str(tmp))
+        tmp.replace(path)
+        written += 1
+        if written % 10 == 0:
+            log(f"chimera data: {written} new records in {out}")
+    return out
+
+
+def records(data_dir: str | Path) -> list[Path]:
+    return sorted(Path(data_dir).glob("rec_*.safetensors"))
+
+
+def load_record(path: Path) -> dict[str, torch.Tensor]:
+    """ids [L], hidden [L, d] (float32), next [L], prompt_len (int)."""
+    rec = load_file(str(path))
+    return {
+        "ids": rec["ids"],
+        "hidden": rec["hidden"].float(),
+        "next": rec["next"],
+        "prompt_len": int(rec["prompt_len"][0]),
+    }
+
+
+def iter_records(data_dir: str | Path) -> Iterator[dict[str, torch.Tensor]]:
+    for p in records(data_dir):
+        yield load_record(p)
+
+
+def _hidden(target: LoadedModel) -> int:
+    cfg = target.model.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    return int(cfg.hidden_size)

@@ -1,0 +1,125 @@
+"""``fastforward train-chimera``: self-distillation data -> train a Chimera draft -> (``--eval``) evaluate it.
+
+Thin wrapper over :mod:`fastforward.chimera`. Data is cached in ``--data`` (default ``OUT/data``) and reused
+by later runs (ablations share it); ``--resume`` continues from ``OUT/checkpoint``. ``--eval`` reports head
+top-1..5 accuracy on held-out prompts and decodes a few of them with the trained draft (greedy, checked
+token-for-token against AR), writing a JSON report with the resolved configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from fastforward.cli.common import add_model_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-chimera", help="train (and evaluate) a Chimera draft for a target model")
+    add_model_args(p, draft=False)
+    p.add_argument("--out", required=True, help="directory for the draft (draft.safetensors + config)")
+    p.add_argument("--data", default=None, help="self-distillation cache (default OUT/data)")
+    p.add_argument("--sharegpt", type=int, default=40, help="training prompts from ShareGPT")
+    p.add_argument("--gsm8k", type=int, default=40, help="training prompts from the GSM8K train part")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="answer length when collecting data")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--variant", default="chimera", choices=["chimera", "no_residual", "medusa"])
+    p.add_argument("--vocab", default="shared", choices=["shared", "own"], help="how heads reach the vocab")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--mse-weight", type=float, default=1.0)
+    p.add_argument("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=100)
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--eval", action="store_true", help="evaluate after training")
+    p.add_argument("--eval-only", action="store_true", help="evaluate an existing draft in OUT; no training")
+    p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for head accuracy")
+    p.add_argument("--eval-decode", type=int, default=4, help="held-out prompts decoded with the draft")
+    p.add_argument("--report", default=None, help="write the evaluation JSON here (default OUT/eval.json)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fastforward.chimera.data import DistillConfig, collect
+    from fastforward.chimera.train import TrainConfig, load_draft, train
+    from fastforward.models.loading import load_model
+
+    target = load_model(args.model, args.dtype, args.device, args.threads)
+    out = Path(args.out)
+    data = Path(args.data) if args.data else out / "data"
+    dcfg = DistillConfig(sharegpt=args.sharegpt, gsm8k=args.gsm8k, max_new_tokens=args.max_new_tokens)
+    if not args.eval_only:
+        collect(target, data / "train", dcfg)
+        tcfg = TrainConfig(
+            data=str(data / "train"), out=str(out), num_heads=args.heads, variant=args.variant,
+            vocab=args.vocab, steps=args.steps, batch_size=args.batch_size, max_len=args.max_len,
+            lr=args.lr, warmup=args.warmup, mse_weight=args.mse_weight, bf16=not args.no_bf16,
+            seed=args.seed, save_every=args.save_every,
+        )  # fmt: skip
+        train(tcfg, target.model, resume=args.resume)
+    if args.eval or args.eval_only:
+        draft = load_draft(out, target.model)
+        report = evaluate(target, draft, data, args)
+        report["data"] = asdict(dcfg)
+        path = Path(args.report) if args.report else out / "eval.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1))
+        print(json.dumps({k: report[k] for k in ("head_topk", "mean_accepted_tokens", "identical_to_ar")}))
+    return 0
+
+
+def evaluate(target, draft, data: Path, args: argparse.Namespace) -> dict:
+    """Head top-k accuracy on held-out records + greedy decoding of a few held-out prompts."""
+    from fastforward.chimera.data import DistillConfig, collect, load_record, records
+    from fastforward.chimera.train import head_topk_accuracy
+    from fastforward.core.decoder import GenerationConfig
+    from fastforward.decoders.ar import ARDecoder
+    from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
+
+    half = args.eval_prompts // 2
+    hcfg = DistillConfig(
+        sharegpt=half, gsm8k=args.eval_prompts - half, max_new_tokens=args.max_new_tokens, heldout=True
+    )
+    held = collect(target, data / "heldout", hcfg)
+    report = {"target": target.name, "dtype": target.dtype, "draft": draft.cfg.to_dict()}
+    report.update(head_topk_accuracy(draft, held))
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_token_ids=target.eos_token_ids)
+    ar = ARDecoder(target.model)
+    runs = []
+    for tree in ("default", "chain"):
+        dec = ChimeraDecoder(target.model, draft, ChimeraOptions(tree=tree))
+        new = forwards = same = 0
+        head = [0] * draft.cfg.num_heads
+        hits = lookups = 0
+        for path in records(held)[: args.eval_decode]:
+            rec = load_record(path)
+            prompt = rec["ids"][: rec["prompt_len"]].tolist()
+            res = dec.generate(prompt, cfg)
+            same += int(res.tokens == ar.generate(prompt, cfg).tokens)
+            new += res.stats.new_tokens
+            forwards += res.stats.target_forwards
+            head = [a + b for a, b in zip(head, res.stats.extras["head_accepted"], strict=True)]
+            hits += res.stats.extras["trigram_cache_hits"]
+            lookups += res.stats.extras["trigram_cache_lookups"]
+        runs.append(
+            {
+                "tree": tree,
+                "prompts": args.eval_decode,
+                "new_tokens": new,
+                "target_forwards": forwards,
+                "mean_accepted_tokens": round(new / max(1, forwards), 3),
+                "identical_to_ar": same,
+                "head_accepted": head,
+                "trigram_cache_hit_rate": round(hits / max(1, lookups), 3),
+            }
+        )
+    report["decode"] = runs
+    report["mean_accepted_tokens"] = runs[0]["mean_accepted_tokens"]
+    report["identical_to_ar"] = f"{runs[0]['identical_to_ar']}/{args.eval_decode}"
+    return report

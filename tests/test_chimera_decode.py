@@ -1,0 +1,141 @@
+"""Chimera decoding: greedy tree verification is exactly AR (untrained draft on real prompts, oracle drafts
+that force partial and off-chain acceptance), chain mode, typical mode is opt-in and lossy, clear errors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fastforward.chimera.model import TrigramLRU
+from fastforward.chimera.train import new_draft
+from fastforward.core.decoder import GenerationConfig, SamplingConfig
+from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions, build
+from fastforward.errors import FastForwardError
+
+from .conftest import greedy_config, make_tiny
+
+
+class OracleDraft:
+    """Proposes the true continuation (from a reference AR run) at rank ``ranks[k]`` for head k; junk elsewhere."""
+
+    def __init__(self, reference: list[int], ranks: list[int], vocab: int) -> None:
+        self.reference, self.ranks, self.vocab = reference, ranks, vocab
+        self.cfg = SimpleNamespace(num_heads=len(ranks))
+
+    def new_state(self, capacity: int) -> OracleState:
+        return OracleState(self)
+
+
+class OracleState:
+    def __init__(self, oracle: OracleDraft) -> None:
+        self.oracle, self.tokens, self.cache = oracle, [], TrigramLRU(1)
+
+    def observe(self, tokens: list[int], hidden) -> None:
+        assert hidden.shape[0] == len(tokens) - (1 if not self.tokens else 0)
+        self.tokens += tokens
+
+    def propose(self, top_k: int):
+        import torch
+
+        o, n = self.oracle, len(self.tokens)
+        rows = []
+        for k, rank in enumerate(o.ranks):
+            true = o.reference[n + k] if n + k < len(o.reference) else 0
+            row = [(true + 1 + r) % o.vocab for r in range(top_k)]
+            if rank < top_k:
+                row[rank] = true
+            rows.append(row)
+        return torch.tensor(rows), torch.full((len(rows), top_k), 1.0 / top_k)
+
+
+def _reference(model, prompt: list[int], n: int, eos=()) -> list[int]:
+    return prompt + ARDecoder(model).generate(prompt, greedy_config(n, eos)).tokens
+
+
+@pytest.mark.parametrize(
+    ("ranks", "tree", "per_forward"),
+    [
+        ([0, 0, 0, 0], "default", 5),  # the top-1 chain is right: 4 drafts + bonus per forward
+        ([0, 0, 1, 0], "default", 5),  # the right path leaves the chain at depth 3: (0, 0, 1, 0)
+        ([1, 5, 5, 5], "default", 2),  # only (1,) is right: the cache keeps a non-prefix path
+        ([0, 0, 1, 0], "chain", 3),  # the chain stops where the oracle leaves rank 0
+    ],
+)
+def test_oracle_drafts_commit_exactly_the_ar_tokens_on_tiny(ranks, tree, per_forward):
+    tiny = make_tiny()
+    prompt, n = list(range(3, 15)), 31
+    ref = _reference(tiny.model, prompt, n)
+    dec = ChimeraDecoder(tiny.model, OracleDraft(ref, ranks, 512), ChimeraOptions(tree=tree))
+    res = dec.generate(prompt, greedy_config(n))
+    assert res.tokens == ref[len(prompt) :]
+    assert res.stats.accepted_per_step[0] == 1  # the prefill
+    assert res.stats.accepted_per_step[1:-1] == [per_forward] * (len(res.stats.accepted_per_step) - 2)
+    assert sum(res.stats.accepted_per_step) == n
+    depth = per_forward - 1
+    assert res.stats.extras["head_accepted"][:depth] == [res.stats.extras["draft_steps"]] * depth
+
+
+def test_untrained_draft_greedy_tree_equals_ar_on_tiny_with_eos():
+    tiny = make_tiny()
+    dec = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions())
+    ar = ARDecoder(tiny.model)
+    for seed in range(4):
+        prompt = [(seed * 37 + i * 11) % 500 for i in range(9)]
+        full = ar.generate(prompt, greedy_config(20)).tokens
+        eos = (full[7],)  # stop on a token that does occur
+        cfg = greedy_config(20, eos)
+        assert dec.generate(prompt, cfg).tokens == ar.generate(prompt, cfg).tokens
+
+
+def test_greedy_tree_verification_equals_ar_on_real_prompts(smollm2, real_prompts):
+    """>= 20 real prompts, fp32, an untrained draft: acceptance is low but every token must match AR."""
+    dec = ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions())
+    ar = ARDecoder(smollm2.model)
+    cfg = greedy_config(24, smollm2.eos_token_ids)
+    lookups = 0
+    for ids in real_prompts[:20]:
+        res = dec.generate(ids, cfg)
+        assert res.tokens == ar.generate(ids, cfg).tokens
+        assert res.stats.new_tokens == sum(res.stats.accepted_per_step)
+        lookups += res.stats.extras["trigram_cache_lookups"]
+    assert lookups > 0
+
+
+def test_oracle_partial_acceptance_is_exact_on_real_model(smollm2, real_prompts):
+    cfg = greedy_config(24, smollm2.eos_token_ids)
+    for ids, ranks in zip(
+        real_prompts[20:24], ([0, 0, 1, 0], [1, 0, 0, 0], [0, 2, 0, 0], [0, 0, 0, 1]), strict=True
+    ):
+        ref = _reference(smollm2.model, ids, 24, smollm2.eos_token_ids)
+        dec = ChimeraDecoder(smollm2.model, OracleDraft(ref, ranks, 49152), ChimeraOptions())
+        res = dec.generate(ids, cfg)
+        assert res.tokens == ref[len(ids) :]
+        assert res.stats.mean_accepted_tokens > 1.5
+
+
+def test_typical_acceptance_is_opt_in_and_marked_lossy():
+    tiny = make_tiny()
+    greedy = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions())
+    typical = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(accept="typical"))
+    assert greedy.lossless and not typical.lossless
+    res = typical.generate(list(range(5, 15)), greedy_config(16))
+    assert len(res.tokens) == 16
+    sampling = GenerationConfig(8, (), SamplingConfig(temperature=0.8, seed=1))
+    with pytest.raises(FastForwardError, match="typical"):
+        greedy.generate(list(range(5, 15)), sampling)
+    a = typical.generate(list(range(5, 15)), sampling).tokens
+    assert a == typical.generate(list(range(5, 15)), sampling).tokens  # seeded
+
+
+def test_build_rejects_missing_heads_and_unknown_options(tmp_path):
+    tiny = make_tiny()
+    with pytest.raises(FastForwardError, match="heads=PATH"):
+        build("chimera", tiny, None, {})
+    with pytest.raises(FastForwardError, match="unknown option"):
+        build("chimera", tiny, None, {"heads": str(tmp_path), "depth": 3})
+    with pytest.raises(FastForwardError, match="no Chimera draft"):
+        build("chimera", tiny, None, {"heads": str(tmp_path)})
+    with pytest.raises(FastForwardError, match="tree"):
+        ChimeraOptions(tree="dynamic").validate()

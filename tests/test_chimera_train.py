@@ -1,0 +1,126 @@
+"""Chimera training: both loss terms are real, a tiny end-to-end run (data -> train -> save/load -> decode),
+resume, head top-k evaluation, and the CLI command is registered."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fastforward.chimera.data import DistillConfig, load_record, records, write_records
+from fastforward.chimera.train import (
+    TrainConfig,
+    chimera_loss,
+    head_topk_accuracy,
+    load_draft,
+    make_batch,
+    new_draft,
+    save_draft,
+    train,
+)
+from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.registry import build_decoder
+from fastforward.errors import FastForwardError
+
+from .conftest import greedy_config, make_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    tiny = make_tiny()
+    out = tmp_path_factory.mktemp("chimera") / "data"
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 500, (8,), generator=g).tolist() for _ in range(6)]
+    write_records(tiny, prompts, out, DistillConfig(max_new_tokens=16))
+    return tiny, out
+
+
+def test_records_hold_ids_states_and_the_targets_argmax(tiny_data):
+    tiny, data = tiny_data
+    files = records(data)
+    assert len(files) == 6
+    rec = load_record(files[0])
+    assert rec["prompt_len"] == 8 and len(rec["ids"]) == 8 + 16
+    assert rec["hidden"].shape == (24, 64)
+    # the answer is the target's greedy continuation: label after j == token at j + 1
+    assert torch.equal(rec["next"][7:-1], rec["ids"][8:])
+    mtime = files[0].stat().st_mtime_ns
+    write_records(tiny, [[1, 2, 3]] * 6, data, DistillConfig(max_new_tokens=16))  # cached: nothing rewritten
+    assert files[0].stat().st_mtime_ns == mtime
+
+
+def _batch(data):
+    return make_batch([load_record(p) for p in records(data)[:2]], 32)
+
+
+def test_loss_has_finite_ce_and_mse_and_mse_changes_the_gradient(tiny_data):
+    tiny, data = tiny_data
+    batch = _batch(data)
+    grads = {}
+    for w in (0.0, 1.0):
+        torch.manual_seed(0)
+        draft = new_draft(tiny.model, num_heads=3)
+        loss, parts = chimera_loss(draft, batch, mse_weight=w)
+        assert {"ce", "mse", "loss"} <= parts.keys()
+        assert all(torch.isfinite(torch.tensor(v)) for v in parts.values())
+        assert parts["mse"] > 0
+        assert parts["loss"] == pytest.approx(parts["ce"] + w * parts["mse"], rel=1e-5)
+        loss.backward()
+        grads[w] = draft.trigram.w1.weight.grad.clone()
+    assert not torch.allclose(grads[0.0], grads[1.0])
+
+
+def test_medusa_ablation_has_no_mse_term(tiny_data):
+    tiny, data = tiny_data
+    _, parts = chimera_loss(new_draft(tiny.model, variant="medusa"), _batch(data), 1.0)
+    assert "mse" not in parts and parts["ce"] > 0
+
+
+def test_tiny_training_run_saves_loads_and_decodes(tiny_data, tmp_path):
+    tiny, data = tiny_data
+    cfg = TrainConfig(data=str(data), out=str(tmp_path / "d"), num_heads=3, steps=4, batch_size=2, max_len=32)
+    cfg = TrainConfig(**{**cfg.__dict__, "warmup": 2, "save_every": 2, "log_every": 1, "bf16": False})
+    draft, log = train(cfg, tiny.model)
+    assert log["steps"] == 4 and len(log["history"]) == 4
+    loaded = load_draft(tmp_path / "d", tiny.model)
+    for k, v in draft.state_dict().items():
+        assert torch.equal(v, loaded.state_dict()[k]), k
+    meta = json.loads((tmp_path / "d" / "chimera_config.json").read_text())
+    assert meta["chimera"]["num_heads"] == 3 and meta["steps_done"] == 4
+    size = (tmp_path / "d" / "draft.safetensors").stat().st_size
+    assert size < 2 * sum(p.numel() for p in draft.parameters()) * 4  # small: no copy of the target
+    dec = build_decoder("chimera", tiny, None, {"heads": str(tmp_path / "d"), "tree": "chain"})
+    prompt = load_record(records(data)[0])["ids"][:8].tolist()
+    cfg_g = greedy_config(16)
+    assert dec.generate(prompt, cfg_g).tokens == ARDecoder(tiny.model).generate(prompt, cfg_g).tokens
+    acc = head_topk_accuracy(loaded, data, top=5)
+    assert len(acc["head_topk"]) == 3 and all(len(r) == 5 for r in acc["head_topk"])
+    for row in acc["head_topk"]:
+        assert row == sorted(row) and row[0] >= 0.0 and row[-1] <= 1.0
+
+
+def test_resume_continues_from_the_checkpoint(tiny_data, tmp_path):
+    tiny, data = tiny_data
+    base = dict(data=str(data), out=str(tmp_path / "r"), num_heads=2, batch_size=2, max_len=32, bf16=False)
+    train(TrainConfig(**base, steps=2, save_every=2, log_every=1), tiny.model)
+    _, log = train(TrainConfig(**base, steps=3, save_every=2, log_every=1), tiny.model, resume=True)
+    assert [h["step"] for h in log["history"]] == [1, 2, 3]
+
+
+def test_own_vocab_heads_save_their_matrices_and_load(tiny_data, tmp_path):
+    tiny, _ = tiny_data
+    draft = new_draft(tiny.model, num_heads=2, vocab="own")
+    save_draft(draft, tmp_path / "own")
+    loaded = load_draft(tmp_path / "own", tiny.model)
+    assert torch.equal(loaded.vocab_weights[1], draft.vocab_weights[1])
+    other = make_tiny(vocab=256)
+    with pytest.raises(FastForwardError, match="vocab"):
+        load_draft(tmp_path / "own", other.model)
+
+
+def test_train_chimera_command_is_registered():
+    from fastforward.cli import build_parser
+
+    args = build_parser().parse_args(["train-chimera", "--out", "x", "--variant", "medusa", "--eval"])
+    assert args.variant == "medusa" and args.eval and args.vocab == "shared"
