@@ -12,11 +12,14 @@ Every prompt counts in every statistic (no filtering).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -152,15 +155,10 @@ def evaluate(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dic
     base, teacher = _model_report(cfg.base, cfg, samples, None, log)
     cllm, _ = _model_report(cfg.cllm, cfg, samples, teacher, log)
     train_tokens = None
-    try:
-        import json
-        from pathlib import Path
-
-        meta = Path(cfg.cllm) / "cllm_training.json"
-        if meta.exists():
+    meta = Path(cfg.cllm) / "cllm_training.json"
+    if meta.exists():
+        with contextlib.suppress(OSError, ValueError):
             train_tokens = json.loads(meta.read_text()).get("train_tokens")
-    except (OSError, ValueError):
-        pass
     return {
         "base": base,
         "cllm": cllm,
