@@ -154,7 +154,7 @@ class JacobiDecoder(Decoder):
         self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
     ) -> list[int]:
         if not config.sampling.greedy:
-            raise FastForwardError("jacobi decodes greedily only (temperature 0)")
+            raise FastForwardError("jacobi supports greedy decoding only (temperature 0)")
         rng = random.Random(self.config.seed)
         history = prompt_ids[0].tolist()
         cache = new_cache(self.model)

@@ -142,7 +142,7 @@ class LookaheadDecoder(Decoder):
         self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
     ) -> list[int]:
         if not config.sampling.greedy:
-            raise FastForwardError("lookahead decodes greedily only (temperature 0)")
+            raise FastForwardError("lookahead supports greedy decoding only (temperature 0)")
         c, dev = self.config, self.device
         dtype = next(self.model.parameters()).dtype
         prompt = prompt_ids[0].tolist()
