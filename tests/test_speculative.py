@@ -160,15 +160,30 @@ def _build_untokenized(name: str, target: LoadedModel, draft: LoadedModel | None
     return build_decoder(name, target, draft, options)
 
 
-def test_layerskip_view_shares_weights_and_matches_a_truncated_forward():
-    target = make_tiny(seed=0)
+def test_layerskip_view_shares_weights_and_equals_a_truncated_copy():
+    import copy
+
     from fastforward.decoders.speculative.drafters import shallow_view
 
+    target = make_tiny(seed=0)
     view = shallow_view(target.model, 1)
     assert view.lm_head.weight is target.model.lm_head.weight
     assert view.model.layers[0] is target.model.model.layers[0] and len(view.model.layers) == 1
+    truncated = copy.deepcopy(target.model)
+    truncated.model.layers = truncated.model.layers[:1]
+    truncated.config.num_hidden_layers = 1
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.inference_mode():
-        hidden = target.model.model(input_ids=ids, output_hidden_states=True).hidden_states[1]
-        expected = target.model.lm_head(target.model.model.norm(hidden))
-        assert torch.allclose(view(input_ids=ids).logits, expected, atol=1e-5)
+        assert torch.allclose(view(input_ids=ids).logits, truncated(input_ids=ids).logits, atol=1e-6)
+        assert not torch.allclose(view(input_ids=ids).logits, target.model(input_ids=ids).logits, atol=1e-3)
+
+
+def test_draft_stop_shortens_chains_and_stays_exact():
+    target, draft = make_tiny(seed=0), make_tiny(seed=1)
+    cfg = greedy_config(20)
+    ref = ARDecoder(target.model).generate([1, 2, 3], cfg).tokens
+    full = build_decoder("sd", target, draft, {"gamma": 4}).generate([1, 2, 3], cfg)
+    short = build_decoder("sd", target, draft, {"gamma": 4, "draft_stop": 0.999}).generate([1, 2, 3], cfg)
+    assert full.tokens == short.tokens == ref
+    assert short.stats.extras["spec_proposed"] <= short.stats.extras["spec_steps"]  # <= one token per chain
+    assert full.stats.extras["spec_proposed"] > short.stats.extras["spec_proposed"]

@@ -13,7 +13,8 @@
 
 Options (``--opt key=value``; the bench hands the same options to every method, so each method accepts all
 of these and uses its own): gamma (5), adaptive (false), gamma_max (12), ngram_max (3), ngram_min (1),
-layers (half the target's layers), eps (consultant 2.0, typical 0.09), beta (0.2), alpha (0.3).
+layers (half the target's layers), draft_stop (0: off; else a
+draft model stops its chain after a token it gives probability < draft_stop), eps (consultant 2.0, typical 0.09), beta (0.2), alpha (0.3).
 """
 
 from __future__ import annotations
@@ -28,7 +29,18 @@ from fastforward.decoders.speculative.engine import (
 )
 from fastforward.errors import FastForwardError
 
-OPTIONS = ("gamma", "adaptive", "gamma_max", "ngram_max", "ngram_min", "layers", "eps", "beta", "alpha")
+OPTIONS = (
+    "draft_stop",
+    "gamma",
+    "adaptive",
+    "gamma_max",
+    "ngram_max",
+    "ngram_min",
+    "layers",
+    "eps",
+    "beta",
+    "alpha",
+)
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
 
 
@@ -55,12 +67,13 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
             raise FastForwardError(f"'{target.name}' and '{draft.name}': only one has a tokenizer")
         if target.tokenizer is not None:  # both None: ids-only test models, nothing to compare
             check_same_tokenizer(target, draft)
-        drafter = ModelDrafter(draft.model)
+        drafter = ModelDrafter(draft.model, float(options.get("draft_stop", 0.0)))
     elif name == "pld":
         drafter = PromptLookupDrafter(_int(options, "ngram_max", 3), _int(options, "ngram_min", 1))
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
-        drafter = ModelDrafter(shallow_view(target.model, _int(options, "layers", n_layers // 2)))
+        view = shallow_view(target.model, _int(options, "layers", n_layers // 2))
+        drafter = ModelDrafter(view, float(options.get("draft_stop", 0.0)))
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
     if name == "consultant":

@@ -49,8 +49,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class ModelDrafter:
     """Autoregressive drafting with a model's public forward and its own DynamicCache."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, stop_below: float = 0.0) -> None:
         self.model = model
+        self.stop_below = stop_below  # stop drafting after a token the draft itself gives p < stop_below
         self.device = next(model.parameters()).device
         self.reset()
 
@@ -82,12 +83,14 @@ class ModelDrafter:
             logits = self._next_logits(feed)
             if ctx.sampling.greedy:
                 tok = int(logits.argmax(-1))
+                confident = self.stop_below <= 0 or float(logits.float().softmax(-1)[tok]) >= self.stop_below
             else:
                 q = processed_probs(logits, ctx.sampling)  # [V]
                 tok = int(sample_from(q, ctx.generator))
                 probs.append(q)
+                confident = float(q[tok]) >= self.stop_below
             tokens.append(tok)
-            if tok in ctx.eos_token_ids:
+            if tok in ctx.eos_token_ids or not confident:
                 break
             feed = [tok]
         return Proposal(tokens, torch.stack(probs) if probs else None)
