@@ -84,7 +84,7 @@ def test_teacher_forced_training_pass_equals_inference_chain(variant):
         ref = p.topk(5)
         assert torch.equal(top_ids[k], ref.indices)
         assert torch.allclose(top_p[k], ref.values, atol=1e-5)
-    assert state.cache.lookups > 0
+    assert (state.cache.lookups > 0) == (variant != "medusa")  # Medusa heads read no trigrams
 
 
 def test_untrained_heads_predict_through_the_lm_head_and_own_vocab_starts_equal():

@@ -225,7 +225,10 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
         if len(order) < cfg.batch_size:
             order += rng.sample(files, len(files))
         chosen, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        recs = [cache.setdefault(p, load_record(p)) if len(cache) < 4096 else load_record(p) for p in chosen]
+        for p in chosen:
+            if p not in cache and len(cache) < 4096:  # records are small; keep them in memory
+                cache[p] = load_record(p)
+        recs = [cache[p] if p in cache else load_record(p) for p in chosen]
         batch = {k: v.to(acc.device) for k, v in make_batch(recs, cfg.max_len).items()}
         draft.train()
         with torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
