@@ -185,6 +185,50 @@ def test_training_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
     assert main(["train-cllm", "--model", str(tiny_dir), "--data", str(traj), "--out", str(full)]) == 2
 
 
+def test_training_after_another_accelerator_in_the_same_process(tiny_dir, tmp_path):
+    """Accelerate's state is process-wide: a Chimera run (default Accelerator) before a CLLM run with bf16
+    autocast must not make the second one fail (it did: 'AcceleratorState has already been initialized')."""
+    from accelerate import Accelerator
+
+    Accelerator()  # what chimera.train does first in the same process
+    traj = tmp_path / "traj.jsonl"
+    jobs = [PromptJob(f"a{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(2)]
+    model = load_model(str(tiny_dir), "float32").model
+    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 2), progress=False)
+    assert _train(tiny_dir, traj, tmp_path / "o", "--max-steps", "1", "--mixed-precision", "bf16") == 0
+
+
+def test_snapshots_and_learning_curve(tiny_dir, tmp_path):
+    traj = tmp_path / "traj.jsonl"
+    jobs = [PromptJob(f"c{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(3)]
+    model = load_model(str(tiny_dir), "float32").model
+    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 3), progress=False)
+    out = tmp_path / "run"
+    assert _train(tiny_dir, traj, out, "--max-steps", "3", "--snapshot-every", "2") == 0
+    snap = out / "snapshots" / "step-2"
+    assert json.loads((snap / "snapshot.json").read_text())["step"] == 2
+    # the snapshot is a loadable model holding the step-2 weights (bf16), not the base or final ones
+    s2 = load_model(str(snap), "float32").model
+    final, base = load_model(str(out), "float32").model, load_model(str(tiny_dir), "float32").model
+    assert any((a - b).abs().max() > 0 for a, b in zip(s2.parameters(), base.parameters(), strict=True))
+    assert any((a - b).abs().max() > 0 for a, b in zip(s2.parameters(), final.parameters(), strict=True))
+
+    res, png = tmp_path / "curve.json", tmp_path / "curve.png"
+    rc = main(
+        ["cllm-curve", "--base", str(tiny_dir), "--run", str(out), "--dataset", "gsm8k", "--split", "heldout",
+         "--limit", "2", "--block-size", "4", "--max-new-tokens", "8", "--dtype", "float32",
+         "--out", str(res), "--plot", str(png)]
+    )  # fmt: skip
+    assert rc == 0
+    pts = json.loads(res.read_text())["points"]
+    assert [p["label"] for p in pts] == ["base", "step-2", "final"]
+    assert [p["step"] for p in pts] == [0, 2, 3]
+    assert pts[0]["train_tokens"] == 0 < pts[1]["train_tokens"] < pts[2]["train_tokens"]
+    assert all(p["prompts"] == 2 and p["mean_accepted_tokens"] >= 1.0 for p in pts)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["cllm-curve", "--base", str(tiny_dir), "--run", str(tmp_path / "none")]) == 2
+
+
 def test_corrupt_trajectory_file_is_a_clean_cli_error(tiny_dir, tmp_path, capsys):
     traj = tmp_path / "bad.jsonl"
     traj.write_text('{"prompt_id": 1}\n')

@@ -23,6 +23,7 @@ COMMANDS = (
     "collect",
     "train_cllm",
     "eval_cllm",
+    "cllm_curve",
     "train_chimera",
 )
 

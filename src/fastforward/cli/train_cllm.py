@@ -28,6 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--max-packed-tokens", type=int, default=2048)
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only the end)")
+    p.add_argument(
+        "--snapshot-every", type=int, default=0,
+        help="also save a loadable bf16 model every N steps under OUT/snapshots (for cllm-curve)",
+    )  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--mixed-precision", default="bf16", choices=["bf16", "no"])
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         warmup_steps=args.warmup_steps,
         max_packed_tokens=args.max_packed_tokens,
         save_every=args.save_every,
+        snapshot_every=args.snapshot_every,
         resume=args.resume,
         seed=args.seed,
         mixed_precision=args.mixed_precision,

@@ -51,6 +51,7 @@ class TrainConfig:
     max_packed_tokens: int = 2048
     save_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
+    snapshot_every: int = 0  # > 0: a loadable bf16 model dir OUT/snapshots/step-N every N steps (curves)
     resume: bool = False
     seed: int = 0
     mixed_precision: str = "bf16"  # bf16 | no
@@ -69,6 +70,8 @@ class TrainConfig:
             raise FastForwardError(f"--ar-target must be teacher or labels, got '{self.ar_target}'")
         if self.max_steps < 1 or self.batch_size < 1 or self.states_per_block < 1:
             raise FastForwardError("--max-steps, --batch-size and --states-per-block must be >= 1")
+        if self.save_every < 0 or self.snapshot_every < 0:
+            raise FastForwardError("--save-every and --snapshot-every must be >= 0")
         if self.mixed_precision not in ("bf16", "no"):
             raise FastForwardError("--mixed-precision must be bf16 or no")
 
@@ -174,7 +177,10 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
     if cps and not cfg.resume:
         raise FastForwardError(f"{out} holds checkpoints; pass --resume to continue or choose a new --out")
 
-    accel = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+    # bf16 autocast is ours, not Accelerate's: its process-wide state refuses a second, different
+    # mixed_precision in one process (tests, notebooks, a Chimera run before this one)
+    accel = Accelerator()
+    bf16 = cfg.mixed_precision == "bf16"
     set_seed(cfg.seed)
     loaded = load_model(cfg.model, "float32")
     model, tok = loaded.model, loaded.tokenizer
@@ -213,7 +219,7 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
         if not examples:
             raise FastForwardError("no trainable example could be packed")
         batch = {k: v.to(accel.device) for k, v in collate(examples, dtype).items()}
-        with accel.autocast():
+        with torch.autocast(accel.device.type, dtype=torch.bfloat16, enabled=bf16):
             losses = compute_losses(model, batch, cfg)
         accel.backward(losses["loss"])
         if cfg.max_grad_norm:
@@ -235,6 +241,8 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
             )
         if cfg.save_every and done % cfg.save_every == 0 and done < cfg.max_steps:
             _save_checkpoint(accel, out, done, tokens, positions, cfg.keep_checkpoints)
+        if cfg.snapshot_every and done % cfg.snapshot_every == 0 and accel.is_main_process:
+            _save_snapshot(accel.unwrap_model(model), tok, out, done, tokens, positions)
 
     wall = time.perf_counter() - t0
     accel.wait_for_everyone()
@@ -266,6 +274,19 @@ def _save_checkpoint(accel, out: Path, step: int, tokens: int, positions: int, k
         (path / "trainer_state.json").write_text(json.dumps(state) + "\n")  # written last: marks complete
         for old in _checkpoints(out)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_snapshot(model, tok, out: Path, step: int, tokens: int, positions: int) -> None:
+    """A plain HF model dir (bf16 weights, half the size) for measuring the training curve afterwards."""
+    path = out / "snapshots" / f"step-{step}"
+    if (path / "snapshot.json").exists():  # a resumed run passing the same step again
+        return
+    state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
+    model.save_pretrained(path, state_dict=state)
+    if tok is not None:
+        tok.save_pretrained(path)
+    meta = {"step": step, "train_tokens": tokens, "consistency_positions": positions}
+    (path / "snapshot.json").write_text(json.dumps(meta) + "\n")  # written last: marks complete
 
 
 def _sentence_delimiters(tok) -> set[int] | None:
