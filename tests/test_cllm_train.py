@@ -229,6 +229,28 @@ def test_snapshots_and_learning_curve(tiny_dir, tmp_path):
     assert main(["cllm-curve", "--base", str(tiny_dir), "--run", str(tmp_path / "none")]) == 2
 
 
+def test_eval_cllm_writes_the_result_contract(tiny_dir, tmp_path):
+    traj = tmp_path / "traj.jsonl"
+    jobs = [PromptJob(f"e{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(2)]
+    model = load_model(str(tiny_dir), "float32").model
+    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 2), progress=False)
+    out, res = tmp_path / "cllm", tmp_path / "cllm_gsm8k.json"
+    assert _train(tiny_dir, traj, out, "--max-steps", "2") == 0
+    rc = main(
+        ["eval-cllm", "--base", str(tiny_dir), "--cllm", str(out), "--limit", "2", "--max-new-tokens", "8",
+         "--block-size", "4", "--dtype", "float32", "--exact-limit", "1", "--warmup", "0", "--out", str(res)]
+    )  # fmt: skip
+    assert rc == 0
+    r = json.loads(res.read_text())
+    for side in ("base", "cllm"):
+        assert r[side]["prompts"] == 2 and r[side]["mean_accepted_tokens"] >= 1.0
+        assert r[side]["fp32_jacobi_equals_ar"] == "1/1"  # Jacobi is exact for any model, trained or not
+        keys = {"speedup_vs_ar", "accuracy", "repetition_rate", "perplexity_on_teacher_answers"}
+        assert keys <= set(r[side])
+    assert r["training"]["steps"] == 2 and r["train_tokens"] == r["training"]["train_tokens"] > 0
+    assert r["training"]["data_report"] and r["hardware"] and r["wall_time_s"] > 0
+
+
 def test_corrupt_trajectory_file_is_a_clean_cli_error(tiny_dir, tmp_path, capsys):
     traj = tmp_path / "bad.jsonl"
     traj.write_text('{"prompt_id": 1}\n')
@@ -257,3 +279,4 @@ def test_real_recipe_smollm2_collect_train_eval(tmp_path):
         assert result[side]["fp32_exact"] is True
         assert result[side]["mean_accepted_tokens"] >= 1.0
     assert result["train_tokens"] > 0 and result["hardware"] and result["command"].startswith("fastforward")
+    assert result["training"]["steps"] == 20

@@ -154,15 +154,18 @@ def evaluate(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dic
     samples = load_dataset(cfg.dataset, cfg.limit, split=cfg.split, data_path=cfg.data_path)
     base, teacher = _model_report(cfg.base, cfg, samples, None, log)
     cllm, _ = _model_report(cfg.cllm, cfg, samples, teacher, log)
-    train_tokens = None
+    training: dict[str, Any] = {}
     meta = Path(cfg.cllm) / "cllm_training.json"
     if meta.exists():
         with contextlib.suppress(OSError, ValueError):
-            train_tokens = json.loads(meta.read_text()).get("train_tokens")
+            m = json.loads(meta.read_text())
+            keys = ("steps", "train_tokens", "consistency_positions", "wall_time_s_this_run", "data_report")
+            training = {k: m.get(k) for k in keys}
     return {
         "base": base,
         "cllm": cllm,
-        "train_tokens": train_tokens,
+        "train_tokens": training.get("train_tokens"),
+        "training": training or None,
         "wall_time_s": time.perf_counter() - t0,
         "hardware": describe(),
         "command": shlex.join(command) if command else None,
