@@ -89,7 +89,7 @@ def plot(points: list[CurvePoint], path: str | Path, title: str) -> Path:
     from fastforward.trace import _font
 
     path = Path(path)
-    w, h, left, right, top, bottom = 720, 420, 70, 30, 50, 60
+    w, h, left, right, top, bottom = 760, 420, 70, 70, 50, 60
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
     font, bold = _font(13), _font(15)
