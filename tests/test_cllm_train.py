@@ -139,6 +139,15 @@ def _train(tiny_dir, traj, out, *extra):
     return main(args + list(extra))
 
 
+def _tiny_trajectories(tiny_dir, tmp_path, n: int) -> str:
+    """Trajectories of n short hand-made prompts (block 4, 8 tokens), collected with the tiny model."""
+    traj = tmp_path / "traj.jsonl"
+    jobs = [PromptJob(f"q{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(n)]
+    model = load_model(str(tiny_dir), "float32").model
+    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, n), progress=False)
+    return str(traj)
+
+
 def test_end_to_end_collect_train_load_decode(tiny_dir, tmp_path):
     traj = tmp_path / "traj.jsonl"
     rc = main(
@@ -167,10 +176,7 @@ def test_end_to_end_collect_train_load_decode(tiny_dir, tmp_path):
 
 
 def test_training_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
-    traj = tmp_path / "traj.jsonl"
-    jobs = [PromptJob(f"q{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(3)]
-    model = load_model(str(tiny_dir), "float32").model
-    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 3), progress=False)
+    traj = _tiny_trajectories(tiny_dir, tmp_path, 3)
     full, part = tmp_path / "full", tmp_path / "part"
     common = ("--loss", "local", "--distance", "rkl")
     assert _train(tiny_dir, traj, full, "--max-steps", "3", *common) == 0
@@ -191,18 +197,12 @@ def test_training_after_another_accelerator_in_the_same_process(tiny_dir, tmp_pa
     from accelerate import Accelerator
 
     Accelerator()  # what chimera.train does first in the same process
-    traj = tmp_path / "traj.jsonl"
-    jobs = [PromptJob(f"a{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(2)]
-    model = load_model(str(tiny_dir), "float32").model
-    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 2), progress=False)
+    traj = _tiny_trajectories(tiny_dir, tmp_path, 2)
     assert _train(tiny_dir, traj, tmp_path / "o", "--max-steps", "1", "--mixed-precision", "bf16") == 0
 
 
 def test_snapshots_and_learning_curve(tiny_dir, tmp_path):
-    traj = tmp_path / "traj.jsonl"
-    jobs = [PromptJob(f"c{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(3)]
-    model = load_model(str(tiny_dir), "float32").model
-    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 3), progress=False)
+    traj = _tiny_trajectories(tiny_dir, tmp_path, 3)
     out = tmp_path / "run"
     assert _train(tiny_dir, traj, out, "--max-steps", "3", "--snapshot-every", "2") == 0
     snap = out / "snapshots" / "step-2"
@@ -230,10 +230,7 @@ def test_snapshots_and_learning_curve(tiny_dir, tmp_path):
 
 
 def test_eval_cllm_writes_the_result_contract(tiny_dir, tmp_path):
-    traj = tmp_path / "traj.jsonl"
-    jobs = [PromptJob(f"e{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(2)]
-    model = load_model(str(tiny_dir), "float32").model
-    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, 2), progress=False)
+    traj = _tiny_trajectories(tiny_dir, tmp_path, 2)
     out, res = tmp_path / "cllm", tmp_path / "cllm_gsm8k.json"
     assert _train(tiny_dir, traj, out, "--max-steps", "2") == 0
     rc = main(
