@@ -227,6 +227,8 @@ def test_snapshots_and_learning_curve(tiny_dir, tmp_path):
     assert all(p["prompts"] == 2 and p["mean_accepted_tokens"] >= 1.0 for p in pts)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["cllm-curve", "--base", str(tiny_dir), "--run", str(tmp_path / "none")]) == 2
+    (snap / "snapshot.json").write_text("{not json")
+    assert main(["cllm-curve", "--base", str(tiny_dir), "--run", str(out), "--limit", "1"]) == 2
 
 
 def test_eval_cllm_writes_the_result_contract(tiny_dir, tmp_path):

@@ -86,7 +86,8 @@ def render_html(rows: Sequence[Row], title: str) -> str:
     ).format(t=html.escape(title), legend=legend, body="\n".join(body))
 
 
-def _font(size: int):
+def load_font(size: int):
+    """A monospace TrueType font if one is installed, else Pillow's default (shared by every PNG we draw)."""
     from PIL import ImageFont
 
     for name in ("DejaVuSansMono.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"):
@@ -102,7 +103,7 @@ def render_png(rows: Sequence[Row], title: str, path: Path, size: int = 14) -> N
         from PIL import Image, ImageDraw
     except ModuleNotFoundError:
         raise FastForwardError("writing a PNG needs Pillow: pip install pillow (or write .html)") from None
-    font, bold = _font(size), _font(size + 2)
+    font, bold = load_font(size), load_font(size + 2)
     pad, gap, line = 4, 3, size + 10
     label_w = max(int(font.getlength(r.label)) for r in rows) + 2 * pad if rows else 0
     widths = [label_w + sum(int(font.getlength(t)) + 2 * pad + gap for t, _ in r.cells) for r in rows]

@@ -34,8 +34,11 @@ def curve_models(run_dir: str | Path) -> list[tuple[str, Path, int, int]]:
     run = Path(run_dir)
     found: list[tuple[str, Path, int, int]] = []
     for meta in (run / "snapshots").glob("step-*/snapshot.json"):
-        m = json.loads(meta.read_text())
-        found.append((meta.parent.name, meta.parent, int(m["step"]), int(m["train_tokens"])))
+        try:
+            m = json.loads(meta.read_text())
+            found.append((meta.parent.name, meta.parent, int(m["step"]), int(m["train_tokens"])))
+        except (ValueError, KeyError, TypeError) as e:
+            raise FastForwardError(f"{meta}: corrupt snapshot metadata ({e})") from None
     found.sort(key=lambda t: t[2])
     final = run / "cllm_training.json"
     if final.exists():
@@ -61,21 +64,19 @@ def measure(
     from fastforward.decoders.registry import build_decoder
     from fastforward.models.loading import load_model
     from fastforward.training.augment import CleanConfig, is_repetitive
+    from fastforward.training.evaluate import decode_all
 
     lm = load_model(str(ref), dtype, device)
     dec = build_decoder("jacobi", lm, None, {"block_size": block_size})
     gen = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_ids=lm.eos_token_ids)
-    new = forwards = ff = iters = repetitive = 0
-    for msgs in messages:
-        r = dec.generate(render_prompt(lm.tokenizer, msgs), gen)
-        new += r.stats.new_tokens
-        forwards += r.stats.target_forwards
-        ff += int(r.stats.extras.get("fast_forward_tokens", 0))
-        iters += int(r.stats.extras.get("fixed_point_iterations", 0))
-        repetitive += is_repetitive(r.tokens, CleanConfig())
+    prompts = [render_prompt(lm.tokenizer, msgs) for msgs in messages]
+    run = decode_all(dec, prompts, gen, warmup=0)
+    new, ex = run["new_tokens"], run["extras"]
+    repetitive = sum(is_repetitive(o, CleanConfig()) for o in run["outputs"])
     return {
-        "mean_accepted_tokens": new / max(1, forwards),
-        "fast_forward_per_iteration": ff / max(1, iters),
+        "mean_accepted_tokens": new / max(1, run["forwards"]),
+        "fast_forward_per_iteration": ex.get("fast_forward_tokens", 0)
+        / max(1, ex.get("fixed_point_iterations", 0)),
         "repetition_rate": repetitive / max(1, len(messages)),
         "new_tokens": new,
         "prompts": len(messages),
@@ -86,13 +87,13 @@ def plot(points: list[CurvePoint], path: str | Path, title: str) -> Path:
     """A small PNG line chart (Pillow only): tokens per forward against training tokens."""
     from PIL import Image, ImageDraw
 
-    from fastforward.trace import _font
+    from fastforward.trace import load_font
 
     path = Path(path)
     w, h, left, right, top, bottom = 760, 420, 70, 70, 50, 60
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
-    font, bold = _font(13), _font(15)
+    font, bold = load_font(13), load_font(15)
     xs = [p.train_tokens for p in points]
     ys = [p.mean_accepted_tokens for p in points]
     x_max = max(max(xs), 1)

@@ -58,7 +58,7 @@ def perplexity(model: torch.nn.Module, prompt: list[int], answer: list[int]) -> 
     return float(nll), len(answer)
 
 
-def _decode_all(decoder, prompts: list[list[int]], gen: GenerationConfig, warmup: int) -> dict[str, Any]:
+def decode_all(decoder, prompts: list[list[int]], gen: GenerationConfig, warmup: int) -> dict[str, Any]:
     for p in prompts[:warmup]:
         decoder.generate(p, gen)
     outs, new, forwards, wall = [], 0, 0, 0.0
@@ -86,12 +86,12 @@ def _model_report(
     prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
     gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, eos_token_ids=speed.eos_token_ids)
     log(f"eval {ref}: AR and Jacobi ({cfg.speed_dtype}) on {len(prompts)} prompts")
-    ar = _decode_all(build_decoder("ar", speed), prompts, gen, cfg.warmup)
+    ar = decode_all(build_decoder("ar", speed), prompts, gen, cfg.warmup)
     try:
         jac_dec = build_decoder("jacobi", speed, None, {"block_size": cfg.block_size})
     except (ModuleNotFoundError, FastForwardError) as e:
         raise FastForwardError(f"the jacobi decoder is not available: {e}") from None
-    jac = _decode_all(jac_dec, prompts, gen, cfg.warmup)
+    jac = decode_all(jac_dec, prompts, gen, cfg.warmup)
     del speed
 
     fp32 = load_model(ref, "float32", cfg.device)
