@@ -23,6 +23,7 @@ COMMANDS = (
     "collect",
     "train_cllm",
     "eval_cllm",
+    "eval_quality",
     "cllm_curve",
     "train_chimera",
 )

@@ -1,0 +1,204 @@
+"""Task quality of a model's greedy answers on many prompts: accuracy, repetition, length.
+
+Speed runs are batch 1 by design (latency is what we sell), which makes them too slow to measure accuracy on
+hundreds of prompts on a CPU. Quality does not depend on how fast the answer was produced, only on which
+tokens the greedy decoder picks, so here the prompts are decoded in left-padded batches with
+``model.generate`` (greedy). In fp32 this reproduces our batch-1 AR decoder token for token on the prompts we
+test (tests/test_quality.py); in bf16 padding changes the rounding and may move a few answers, which is why
+the quality runs default to fp32.
+
+Every prompt counts: no answer is dropped, truncated answers count as they are (usually wrong).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from fastforward.data import load_dataset, render_prompt
+from fastforward.data.gsm8k import is_correct
+from fastforward.errors import FastForwardError
+from fastforward.training.augment import CleanConfig, is_repetitive
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    models: tuple[str, ...]
+    dataset: str = "gsm8k"
+    split: str = "heldout"
+    limit: int | None = None
+    max_new_tokens: int = 256
+    dtype: str = "float32"
+    batch_size: int = 16
+    device: str = "cpu"
+    data_path: str | None = None
+
+
+def cut_at_eos(tokens: Sequence[int], eos_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+    """The tokens batch-1 AR would have committed: up to and including the first EOS, at most the cap."""
+    out: list[int] = []
+    for t in list(tokens)[:max_new_tokens]:
+        out.append(int(t))
+        if t in eos_ids:
+            break
+    return out
+
+
+def batched_greedy(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    eos_ids: Sequence[int],
+    batch_size: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[list[int]]:
+    """Greedy answers of ``model`` to every prompt (input order kept), decoded in left-padded batches.
+
+    Prompts are sorted by length first so that a batch holds similar lengths (less padding, fewer wasted
+    positions). Rows that finished keep being padded by ``generate`` and are cut at their first EOS.
+    """
+    if batch_size < 1:
+        raise FastForwardError(f"batch size must be >= 1, got {batch_size}")
+    if not eos_ids:
+        raise FastForwardError("the model has no EOS token id; cannot tell where an answer ends")
+    device = next(model.parameters()).device
+    pad = int(eos_ids[0])
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    outputs: list[list[int] | None] = [None] * len(prompts)
+    done = 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            p = list(prompts[i])
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        with torch.inference_mode():
+            gen = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                eos_token_id=list(eos_ids),
+                pad_token_id=pad,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+            )
+        for row, i in enumerate(idx):
+            outputs[i] = cut_at_eos(gen[row, width:].tolist(), eos_ids, max_new_tokens)
+        done += len(idx)
+        if progress:
+            progress(done, len(prompts))
+    return [o if o is not None else [] for o in outputs]
+
+
+def summarize(
+    outputs: Sequence[Sequence[int]],
+    texts: Sequence[str],
+    golds: Sequence[str | None],
+    eos_ids: Sequence[int],
+    max_new_tokens: int,
+) -> dict[str, Any]:
+    """Accuracy (with its standard error), repetition rate, mean length and the share of answers cut at the cap."""
+    n = len(outputs)
+    clean = CleanConfig()
+    scored = [is_correct(t, g) for t, g in zip(texts, golds, strict=True) if g is not None]
+    acc = sum(scored) / len(scored) if scored else None
+    stderr = math.sqrt(acc * (1 - acc) / len(scored)) if scored and acc is not None else None
+    return {
+        "n": n,
+        "correct": sum(scored) if scored else None,
+        "accuracy": acc,
+        "accuracy_stderr": stderr,
+        "repetition_rate": sum(is_repetitive(o, clean) for o in outputs) / max(1, n),
+        "mean_new_tokens": sum(len(o) for o in outputs) / max(1, n),
+        "truncated_rate": sum(
+            1 for o in outputs if len(o) >= max_new_tokens and (not o or o[-1] not in eos_ids)
+        )
+        / max(1, n),
+    }
+
+
+def paired(a: Sequence[bool], b: Sequence[bool]) -> dict[str, Any]:
+    """Paired comparison of two models on the same prompts: accuracy difference and its standard error.
+
+    ``b_minus_a`` is in accuracy units (0.01 = one point); the standard error comes from the discordant pairs
+    (prompts one model solves and the other does not), the quantity McNemar's test uses.
+    """
+    if len(a) != len(b):
+        raise FastForwardError("paired comparison needs the same prompts for both models")
+    n = len(a)
+    only_a = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    only_b = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    diff = (only_b - only_a) / n if n else 0.0
+    var = ((only_a + only_b) / n - diff**2) / n if n else 0.0
+    return {"b_minus_a": diff, "stderr": math.sqrt(max(var, 0.0)), "only_a": only_a, "only_b": only_b}
+
+
+def evaluate_quality(cfg: QualityConfig, log=None, command: list[str] | None = None) -> dict[str, Any]:
+    """Greedy answers of each model on the same prompts -> per-model summary, per-sample marks, paired deltas."""
+    from fastforward.bench.hardware import describe
+    from fastforward.models.loading import load_model
+
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    if not cfg.models:
+        raise FastForwardError("give at least one --model")
+    samples = load_dataset(cfg.dataset, cfg.limit, split=cfg.split, data_path=cfg.data_path)
+    if not samples:
+        raise FastForwardError(f"no samples in {cfg.dataset} ({cfg.split})")
+    golds = [s.answer for s in samples]
+    t0 = time.perf_counter()
+    models: dict[str, Any] = {}
+    marks: dict[str, list[bool]] = {}
+    for ref in cfg.models:
+        loaded = load_model(ref, cfg.dtype, cfg.device)
+        tok, eos = loaded.tokenizer, loaded.eos_token_ids
+        prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+        t = time.perf_counter()
+
+        def progress(done: int, total: int, ref: str = ref, t: float = t) -> None:
+            log(f"quality {ref}: {done}/{total} prompts ({time.perf_counter() - t:.0f} s)")
+
+        outs = batched_greedy(loaded.model, prompts, cfg.max_new_tokens, eos, cfg.batch_size, progress)
+        texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
+        summary = summarize(outs, texts, golds, eos, cfg.max_new_tokens)
+        summary["wall_s"] = time.perf_counter() - t
+        clean = CleanConfig()
+        summary["per_sample"] = [
+            {
+                "id": s.id,
+                "correct": is_correct(x, s.answer) if s.answer is not None else None,
+                "repetitive": is_repetitive(o, clean),
+                "new_tokens": len(o),
+            }
+            for s, o, x in zip(samples, outs, texts, strict=True)
+        ]
+        marks[ref] = [bool(p["correct"]) for p in summary["per_sample"]]
+        models[ref] = summary
+        acc = summary["accuracy"]
+        log(
+            f"quality {ref}: accuracy {summary['correct']}/{len(samples)}"
+            f" = {acc if acc is None else round(acc, 4)}, repetition {summary['repetition_rate']:.3f}"
+        )
+        del loaded
+    first = cfg.models[0]
+    deltas = {ref: paired(marks[first], marks[ref]) for ref in cfg.models[1:]}
+    return {
+        "models": models,
+        "paired_vs_first": deltas,
+        "wall_time_s": time.perf_counter() - t0,
+        "hardware": describe(),
+        "command": shlex.join(command) if command else None,
+        "config": asdict(cfg),
+    }
