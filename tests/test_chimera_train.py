@@ -50,6 +50,28 @@ def test_records_hold_ids_states_and_the_targets_argmax(tiny_data):
     assert files[0].stat().st_mtime_ns == mtime
 
 
+def test_batched_collection_answers_like_ar_and_resumes_only_missing_records(tmp_path):
+    tiny = make_tiny(seed=5)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (3, 9, 5, 12, 7)]
+    cfg = DistillConfig(max_new_tokens=10, gen_batch_size=2)  # left padding inside every batch
+    out = tmp_path / "data"
+    write_records(tiny, prompts, out, cfg)
+    ar = ARDecoder(tiny.model)
+    eos = tiny.eos_token_ids
+    first = [load_record(p) for p in records(out)]
+    for p, rec in zip(prompts, first, strict=True):
+        assert rec["ids"].tolist() == p + ar.generate(p, greedy_config(10, eos)).tokens
+    for i in (1, 4):  # an interrupted run: two records missing
+        (out / f"rec_{i:06d}.safetensors").unlink()
+    keep = (out / "rec_000000.safetensors").stat().st_mtime_ns
+    write_records(tiny, prompts, out, cfg)
+    assert (out / "rec_000000.safetensors").stat().st_mtime_ns == keep
+    again = [load_record(p) for p in records(out)]
+    assert [r["ids"].tolist() for r in again] == [r["ids"].tolist() for r in first]
+    assert all(torch.equal(a["hidden"], b["hidden"]) for a, b in zip(again, first, strict=True))
+
+
 def _batch(data):
     return make_batch([load_record(p) for p in records(data)[:2]], 32)
 

@@ -8,9 +8,10 @@ import json
 import pytest
 
 from fastforward.cli import main
+from fastforward.core.batched import batched_greedy, cut_at_eos
 from fastforward.decoders.ar import ARDecoder
 from fastforward.errors import FastForwardError
-from fastforward.eval.quality import batched_greedy, cut_at_eos, paired, summarize
+from fastforward.eval.quality import paired, summarize
 from tests.conftest import greedy_config, make_tiny
 
 

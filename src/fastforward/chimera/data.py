@@ -1,7 +1,8 @@
 """Self-distillation data for Chimera: the target answers real prompts, and its last hidden states are cached.
 
 Prompts: ShareGPT first human turns and the GSM8K *train* part (GSM8K's held-out part and a distant ShareGPT
-slice are kept for evaluation). The target answers greedily; one more forward over prompt + answer gives the
+slice are kept for evaluation). The target answers greedily (prompts decoded ``gen_batch_size`` at a time with
+left padding: the same tokens as batch-1 AR in fp32, several times less CPU); one more forward over prompt + answer gives the
 last hidden states ``h_llm`` and the target's argmax after every position (the labels: under greedy
 verification the draft must predict exactly what the target would choose). Each record is one small
 safetensors file, written once: a rerun skips the records already on disk (resume after interruption).
@@ -17,9 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from fastforward.core.decoder import GenerationConfig
+from fastforward.core.batched import batched_greedy
 from fastforward.data import Sample, load_dataset, render_prompt
-from fastforward.decoders.ar import ARDecoder
 from fastforward.models.loading import LoadedModel, log
 
 HELDOUT_SHAREGPT_OFFSET = 8000  # evaluation ShareGPT prompts come from beyond this index
@@ -33,6 +33,7 @@ class DistillConfig:
     max_prompt_tokens: int = 384
     heldout: bool = False  # evaluation prompts instead of training prompts
     hidden_dtype: str = "bfloat16"  # storage dtype of h_llm on disk
+    gen_batch_size: int = 8  # prompts answered per batched greedy generation
 
 
 def prompt_samples(cfg: DistillConfig) -> list[Sample]:
@@ -74,31 +75,41 @@ def collect(target: LoadedModel, out_dir: str | Path, cfg: DistillConfig) -> Pat
 
 
 def write_records(target: LoadedModel, prompts: list[list[int]], out: Path, cfg: DistillConfig) -> Path:
-    """Answer each prompt (greedy AR) and store ids, target states and labels; record i <-> prompts[i]."""
+    """Answer each prompt (greedy) and store ids, target states and labels; record i <-> prompts[i].
+
+    Only prompts without a record on disk are answered, ``gen_batch_size`` at a time; each record is written
+    atomically, so an interrupted run loses at most the batch in flight and never leaves a partial file.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    decoder = ARDecoder(target.model)
-    gen_cfg = GenerationConfig(max_new_tokens=cfg.max_new_tokens, eos_token_ids=target.eos_token_ids)
     storage = getattr(torch, cfg.hidden_dtype)
+    todo = [i for i in range(len(prompts)) if not _record_path(out, i).exists()]
+    step = max(1, cfg.gen_batch_size)
     written = 0
-    for i, ids in enumerate(prompts):
-        path = out / f"rec_{i:06d}.safetensors"
-        if path.exists():
-            continue
-        answer = decoder.generate(ids, gen_cfg).tokens
-        hidden, nxt = target_states(target.model, ids + answer)
-        record = {
-            "ids": torch.tensor(ids + answer, dtype=torch.long),
-            "hidden": hidden.to(storage).contiguous(),
-            "next": nxt.to(torch.long).contiguous(),
-            "prompt_len": torch.tensor([len(ids)], dtype=torch.long),
-        }
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(record, str(tmp))
-        tmp.replace(path)
-        written += 1
-        if written % 10 == 0:
-            log(f"chimera data: {written} new records in {out}")
+    for start in range(0, len(todo), step):
+        chunk = todo[start : start + step]
+        answers = batched_greedy(
+            target.model, [prompts[i] for i in chunk], cfg.max_new_tokens, target.eos_token_ids, step
+        )
+        for i, answer in zip(chunk, answers, strict=True):
+            ids = prompts[i]
+            hidden, nxt = target_states(target.model, ids + answer)
+            record = {
+                "ids": torch.tensor(ids + answer, dtype=torch.long),
+                "hidden": hidden.to(storage).contiguous(),
+                "next": nxt.to(torch.long).contiguous(),
+                "prompt_len": torch.tensor([len(ids)], dtype=torch.long),
+            }
+            path = _record_path(out, i)
+            tmp = path.with_name(path.name + ".tmp")
+            save_file(record, str(tmp))
+            tmp.replace(path)
+            written += 1
+        log(f"chimera data: {written}/{len(todo)} new records in {out}")
     return out
+
+
+def _record_path(out: Path, i: int) -> Path:
+    return out / f"rec_{i:06d}.safetensors"
 
 
 def records(data_dir: str | Path) -> list[Path]:

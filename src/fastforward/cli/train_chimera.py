@@ -24,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sharegpt", type=int, default=40, help="training prompts from ShareGPT")
     p.add_argument("--gsm8k", type=int, default=40, help="training prompts from the GSM8K train part")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer length when collecting data")
+    p.add_argument("--gen-batch-size", type=int, default=8, help="prompts answered per batch when collecting")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--variant", default="chimera", choices=["chimera", "no_residual", "medusa"])
     p.add_argument("--vocab", default="shared", choices=["shared", "own"], help="how heads reach the vocab")
@@ -53,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
     target = load_model(args.model, args.dtype, args.device, args.threads)
     out = Path(args.out)
     data = Path(args.data) if args.data else out / "data"
-    dcfg = DistillConfig(sharegpt=args.sharegpt, gsm8k=args.gsm8k, max_new_tokens=args.max_new_tokens)
+    dcfg = DistillConfig(
+        sharegpt=args.sharegpt,
+        gsm8k=args.gsm8k,
+        max_new_tokens=args.max_new_tokens,
+        gen_batch_size=args.gen_batch_size,
+    )
     if not args.eval_only:
         collect(target, data / "train", dcfg)
         tcfg = TrainConfig(
@@ -84,7 +90,11 @@ def evaluate(target, draft, data: Path, args: argparse.Namespace) -> dict:
 
     half = args.eval_prompts // 2
     hcfg = DistillConfig(
-        sharegpt=half, gsm8k=args.eval_prompts - half, max_new_tokens=args.max_new_tokens, heldout=True
+        sharegpt=half,
+        gsm8k=args.eval_prompts - half,
+        max_new_tokens=args.max_new_tokens,
+        heldout=True,
+        gen_batch_size=args.gen_batch_size,
     )
     held = collect(target, data / "heldout", hcfg)
     report = {"target": target.name, "dtype": target.dtype, "draft": draft.cfg.to_dict()}

@@ -2,10 +2,10 @@
 
 Speed runs are batch 1 by design (latency is what we sell), which makes them too slow to measure accuracy on
 hundreds of prompts on a CPU. Quality does not depend on how fast the answer was produced, only on which
-tokens the greedy decoder picks, so here the prompts are decoded in left-padded batches with
-``model.generate`` (greedy). In fp32 this reproduces our batch-1 AR decoder token for token on the prompts we
-test (tests/test_quality.py); in bf16 padding changes the rounding and may move a few answers, which is why
-the quality runs default to fp32.
+tokens the greedy decoder picks, so here the prompts are decoded in left-padded batches
+(:func:`fastforward.core.batched.batched_greedy`). In fp32 this reproduces our batch-1 AR decoder token for
+token on the prompts we test (tests/test_quality.py); in bf16 padding changes the rounding and may move a few
+answers, which is why the quality runs default to fp32.
 
 Every prompt counts: no answer is dropped, truncated answers count as they are (usually wrong).
 """
@@ -16,12 +16,11 @@ import math
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import torch
-
+from fastforward.core.batched import batched_greedy
 from fastforward.data import load_dataset, render_prompt
 from fastforward.data.gsm8k import is_correct
 from fastforward.errors import FastForwardError
@@ -39,68 +38,6 @@ class QualityConfig:
     batch_size: int = 16
     device: str = "cpu"
     data_path: str | None = None
-
-
-def cut_at_eos(tokens: Sequence[int], eos_ids: Sequence[int], max_new_tokens: int) -> list[int]:
-    """The tokens batch-1 AR would have committed: up to and including the first EOS, at most the cap."""
-    out: list[int] = []
-    for t in list(tokens)[:max_new_tokens]:
-        out.append(int(t))
-        if t in eos_ids:
-            break
-    return out
-
-
-def batched_greedy(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    max_new_tokens: int,
-    eos_ids: Sequence[int],
-    batch_size: int = 16,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[list[int]]:
-    """Greedy answers of ``model`` to every prompt (input order kept), decoded in left-padded batches.
-
-    Prompts are sorted by length first so that a batch holds similar lengths (less padding, fewer wasted
-    positions). Rows that finished keep being padded by ``generate`` and are cut at their first EOS.
-    """
-    if batch_size < 1:
-        raise FastForwardError(f"batch size must be >= 1, got {batch_size}")
-    if not eos_ids:
-        raise FastForwardError("the model has no EOS token id; cannot tell where an answer ends")
-    device = next(model.parameters()).device
-    pad = int(eos_ids[0])
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    outputs: list[list[int] | None] = [None] * len(prompts)
-    done = 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        width = max(len(prompts[i]) for i in idx)
-        ids = torch.full((len(idx), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            p = list(prompts[i])
-            ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        with torch.inference_mode():
-            gen = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-                eos_token_id=list(eos_ids),
-                pad_token_id=pad,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-            )
-        for row, i in enumerate(idx):
-            outputs[i] = cut_at_eos(gen[row, width:].tolist(), eos_ids, max_new_tokens)
-        done += len(idx)
-        if progress:
-            progress(done, len(prompts))
-    return [o if o is not None else [] for o in outputs]
 
 
 def summarize(
