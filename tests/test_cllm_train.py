@@ -237,15 +237,20 @@ def test_eval_cllm_writes_the_result_contract(tiny_dir, tmp_path):
     assert _train(tiny_dir, traj, out, "--max-steps", "2") == 0
     rc = main(
         ["eval-cllm", "--base", str(tiny_dir), "--cllm", str(out), "--limit", "2", "--max-new-tokens", "8",
-         "--block-size", "4", "--dtype", "float32", "--exact-limit", "1", "--warmup", "0", "--out", str(res)]
+         "--block-size", "4", "--dtype", "float32", "--exact-limit", "1", "--warmup", "0", "--out", str(res),
+         "--quality-limit", "3", "--quality-batch-size", "2"]
     )  # fmt: skip
     assert rc == 0
     r = json.loads(res.read_text())
     for side in ("base", "cllm"):
         assert r[side]["prompts"] == 2 and r[side]["mean_accepted_tokens"] >= 1.0
+        q = r[side]["quality"]  # the larger batched accuracy run replaces the speed run's accuracy
+        assert q["n"] == 3 == r[side]["accuracy_prompts"] and len(q["correct_per_prompt"]) == 3
+        assert r[side]["accuracy"] == q["accuracy"] and "speed_run_accuracy" in r[side]
         assert r[side]["fp32_jacobi_equals_ar"] == "1/1"  # Jacobi is exact for any model, trained or not
         keys = {"speedup_vs_ar", "accuracy", "repetition_rate", "perplexity_on_teacher_answers"}
         assert keys <= set(r[side])
+    assert set(r["accuracy_delta_cllm_minus_base"]) == {"b_minus_a", "stderr", "only_a", "only_b"}
     assert r["training"]["steps"] == 2 and r["train_tokens"] == r["training"]["train_tokens"] > 0
     assert r["training"]["data_report"] and r["hardware"] and r["wall_time_s"] > 0
 

@@ -23,6 +23,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--dtype", default="bfloat16", choices=list(DTYPES), help="dtype of the timed runs")
     p.add_argument("--exact-limit", type=int, default=None, help="prompts for the fp32 exactness check")
+    p.add_argument(
+        "--quality-limit",
+        type=int,
+        default=0,
+        help="prompts for a batched fp32 accuracy/repetition run (0 = off)",
+    )
+    p.add_argument("--quality-batch-size", type=int, default=16)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="results/cllm_gsm8k.json")
@@ -40,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         speed_dtype=args.dtype,
         exact_limit=args.exact_limit,
+        quality_limit=args.quality_limit,
+        quality_batch_size=args.quality_batch_size,
         warmup=args.warmup,
         data_path=args.data_path,
         device=args.device,
@@ -52,9 +61,11 @@ def run(args: argparse.Namespace) -> int:
         r = result[name]
         print(
             f"{name:5s} tokens/forward {r['mean_accepted_tokens']:.3f}  speedup {r['speedup_vs_ar'] or 0:.2f}x  "
-            f"accuracy {r['accuracy']}  repetition {r['repetition_rate']:.2f}  ppl {r['perplexity_on_teacher_answers']}"
+            f"accuracy {r['accuracy']} ({r['accuracy_prompts']} prompts)  repetition {r['repetition_rate']:.2f}  ppl {r['perplexity_on_teacher_answers']}"
             f"  fp32 exact {r['fp32_jacobi_equals_ar']}",
             file=sys.stderr,
         )
-    print(json.dumps({k: result[k] for k in ("train_tokens", "wall_time_s")}))
+    print(
+        json.dumps({k: result[k] for k in ("train_tokens", "accuracy_delta_cllm_minus_base", "wall_time_s")})
+    )
     return 0

@@ -6,7 +6,11 @@ Per model, on the same prompts:
   per iteration and stationary tokens per block, speedup = Jacobi tok/s / AR tok/s;
 - GSM8K accuracy of the greedy AR output and of the Jacobi output, repetition rate of the outputs;
 - perplexity (fp32) of each model on the teacher's answers (the base model's greedy AR outputs);
-- exactness (fp32): Jacobi output == the same model's greedy AR output, on the first ``exact_limit`` prompts.
+- exactness (fp32): Jacobi output == the same model's greedy AR output, on the first ``exact_limit`` prompts;
+- optionally (``quality_limit``), accuracy / repetition / length of the fp32 greedy answers on many more prompts
+  (batched, see :mod:`fastforward.eval.quality`), because twenty prompts cannot resolve a 1.5-point accuracy
+  difference; ``accuracy`` then reports that larger set (``accuracy_prompts`` says how many) and the result
+  gets a paired CLLM - base difference with its standard error.
 Every prompt counts in every statistic (no filtering).
 """
 
@@ -42,6 +46,8 @@ class EvalConfig:
     max_new_tokens: int = 256
     speed_dtype: str = "bfloat16"
     exact_limit: int | None = None  # prompts for the fp32 exactness check (None = all)
+    quality_limit: int = 0  # prompts for the batched fp32 quality run (0 = off)
+    quality_batch_size: int = 16
     warmup: int = 1
     data_path: str | None = None
     device: str = "cpu"
@@ -113,6 +119,10 @@ def _model_report(
     def text(ids: list[int]) -> str:
         return tok.decode(ids, skip_special_tokens=True)
 
+    quality = None
+    if cfg.quality_limit:
+        quality = _quality(fp32, cfg, log)
+
     golds = [s.answer for s in samples]
     clean = CleanConfig()
     ex = jac["extras"]
@@ -130,6 +140,7 @@ def _model_report(
         "jacobi_tokens_per_s": jac_tps,
         "speedup_vs_ar": jac_tps / ar_tps if ar_tps else None,
         "accuracy": _accuracy([text(o) for o in ar["outputs"]], golds),
+        "accuracy_prompts": len(prompts),
         "jacobi_accuracy": _accuracy([text(o) for o in jac["outputs"]], golds),
         "repetition_rate": sum(is_repetitive(o, clean) for o in ar["outputs"]) / max(1, len(prompts)),
         "mean_new_tokens": ar["new_tokens"] / max(1, len(prompts)),
@@ -138,7 +149,31 @@ def _model_report(
         "fp32_exact": exact == n_exact,
         "speed_dtype": cfg.speed_dtype,
     }
+    if quality is not None:
+        report["speed_run_accuracy"] = report["accuracy"]
+        report["accuracy"] = quality["accuracy"]
+        report["accuracy_prompts"] = quality["n"]
+        report["quality"] = quality
     return report, ar["outputs"]
+
+
+def _quality(fp32, cfg: EvalConfig, log) -> dict[str, Any]:
+    """fp32 greedy answers to the first ``quality_limit`` prompts, batched: accuracy, repetition, marks."""
+    from fastforward.core.batched import batched_greedy
+    from fastforward.eval.quality import summarize
+
+    samples = load_dataset(cfg.dataset, cfg.quality_limit, split=cfg.split, data_path=cfg.data_path)
+    tok, eos = fp32.tokenizer, fp32.eos_token_ids
+    prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+    log(f"eval {fp32.name}: batched fp32 quality on {len(prompts)} prompts")
+    outs = batched_greedy(fp32.model, prompts, cfg.max_new_tokens, eos, cfg.quality_batch_size)
+    texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
+    golds = [s.answer for s in samples]
+    out = summarize(outs, texts, golds, eos, cfg.max_new_tokens)
+    out["correct_per_prompt"] = [
+        bool(g is not None and is_correct(t, g)) for t, g in zip(texts, golds, strict=True)
+    ]
+    return out
 
 
 def _accuracy(texts: list[str], golds: list[str | None]) -> float | None:
@@ -161,9 +196,15 @@ def evaluate(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dic
             m = json.loads(meta.read_text())
             keys = ("steps", "train_tokens", "consistency_positions", "wall_time_s_this_run", "data_report")
             training = {k: m.get(k) for k in keys}
+    delta = None
+    if "quality" in base and "quality" in cllm:
+        from fastforward.eval.quality import paired
+
+        delta = paired(base["quality"]["correct_per_prompt"], cllm["quality"]["correct_per_prompt"])
     return {
         "base": base,
         "cllm": cllm,
+        "accuracy_delta_cllm_minus_base": delta,
         "train_tokens": training.get("train_tokens"),
         "training": training or None,
         "wall_time_s": time.perf_counter() - t0,
