@@ -47,10 +47,13 @@ def summarize(
     eos_ids: Sequence[int],
     max_new_tokens: int,
 ) -> dict[str, Any]:
-    """Accuracy (with its standard error), repetition rate, mean length and the share of answers cut at the cap."""
+    """Accuracy (with its standard error), repetition rate, mean length, the share of answers cut at the cap,
+    and the per-prompt marks behind them (``correct_per_prompt``: None where there is no gold answer)."""
     n = len(outputs)
     clean = CleanConfig()
-    scored = [is_correct(t, g) for t, g in zip(texts, golds, strict=True) if g is not None]
+    correct = [is_correct(t, g) if g is not None else None for t, g in zip(texts, golds, strict=True)]
+    repetitive = [is_repetitive(o, clean) for o in outputs]
+    scored = [c for c in correct if c is not None]
     acc = sum(scored) / len(scored) if scored else None
     stderr = math.sqrt(acc * (1 - acc) / len(scored)) if scored and acc is not None else None
     return {
@@ -58,12 +61,14 @@ def summarize(
         "correct": sum(scored) if scored else None,
         "accuracy": acc,
         "accuracy_stderr": stderr,
-        "repetition_rate": sum(is_repetitive(o, clean) for o in outputs) / max(1, n),
+        "repetition_rate": sum(repetitive) / max(1, n),
         "mean_new_tokens": sum(len(o) for o in outputs) / max(1, n),
         "truncated_rate": sum(
             1 for o in outputs if len(o) >= max_new_tokens and (not o or o[-1] not in eos_ids)
         )
         / max(1, n),
+        "correct_per_prompt": correct,
+        "repetitive_per_prompt": repetitive,
     }
 
 
@@ -111,17 +116,12 @@ def evaluate_quality(cfg: QualityConfig, log=None, command: list[str] | None = N
         texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
         summary = summarize(outs, texts, golds, eos, cfg.max_new_tokens)
         summary["wall_s"] = time.perf_counter() - t
-        clean = CleanConfig()
+        correct, repetitive = summary.pop("correct_per_prompt"), summary.pop("repetitive_per_prompt")
         summary["per_sample"] = [
-            {
-                "id": s.id,
-                "correct": is_correct(x, s.answer) if s.answer is not None else None,
-                "repetitive": is_repetitive(o, clean),
-                "new_tokens": len(o),
-            }
-            for s, o, x in zip(samples, outs, texts, strict=True)
+            {"id": s.id, "correct": c, "repetitive": r, "new_tokens": len(o)}
+            for s, o, c, r in zip(samples, outs, correct, repetitive, strict=True)
         ]
-        marks[ref] = [bool(p["correct"]) for p in summary["per_sample"]]
+        marks[ref] = [bool(c) for c in correct]
         models[ref] = summary
         acc = summary["accuracy"]
         log(

@@ -170,9 +170,8 @@ def _quality(fp32, cfg: EvalConfig, log) -> dict[str, Any]:
     texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
     golds = [s.answer for s in samples]
     out = summarize(outs, texts, golds, eos, cfg.max_new_tokens)
-    out["correct_per_prompt"] = [
-        bool(g is not None and is_correct(t, g)) for t, g in zip(texts, golds, strict=True)
-    ]
+    out["correct_per_prompt"] = [bool(c) for c in out["correct_per_prompt"]]
+    del out["repetitive_per_prompt"]
     return out
 
 
