@@ -66,9 +66,13 @@ def test_batched_greedy_equals_batch1_ar_on_real_prompts(smollm2, real_prompts):
     assert batched_greedy(smollm2.model, prompts, 40, eos, batch_size=6) == want
 
 
-def test_batch_size_below_one_is_a_clear_error(tiny):
+def test_bad_batch_inputs_are_clear_errors(tiny):
     with pytest.raises(FastForwardError, match="batch size"):
         batched_greedy(tiny.model, [[1, 2]], 4, (511,), batch_size=0)
+    with pytest.raises(FastForwardError, match="context length"):  # tiny context: 512 positions
+        batched_greedy(tiny.model, [[1, 2], [3] * 500], 16, (511,))
+    with pytest.raises(FastForwardError, match="empty"):
+        batched_greedy(tiny.model, [[1, 2], []], 4, (511,))
 
 
 def test_eval_quality_cli_writes_per_model_and_paired_results(tmp_path, capsys):

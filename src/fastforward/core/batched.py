@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from fastforward.core.decoder import model_context_length
 from fastforward.errors import FastForwardError
 
 
@@ -41,6 +42,15 @@ def batched_greedy(
         raise FastForwardError(f"batch size must be >= 1, got {batch_size}")
     if not eos_ids:
         raise FastForwardError("the model has no EOS token id; cannot tell where an answer ends")
+    longest = max((len(p) for p in prompts), default=0)
+    if min((len(p) for p in prompts), default=1) == 0:
+        raise FastForwardError("a prompt is empty")
+    context = model_context_length(model)
+    if longest + max_new_tokens > context:
+        raise FastForwardError(
+            f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context length "
+            f"({context})"
+        )
     device = next(model.parameters()).device
     pad = int(eos_ids[0])
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

@@ -87,7 +87,7 @@ class Decoder(abc.ABC):
 
     def __init__(self, model: torch.nn.Module, context_length: int | None = None) -> None:
         self.model = model
-        self.context_length = context_length or _context_length(model)
+        self.context_length = context_length or model_context_length(model)
 
     @property
     def device(self) -> torch.device:
@@ -136,7 +136,7 @@ def _as_id_tensor(prompt_ids: Sequence[int] | torch.Tensor, device: torch.device
     return ids.to(device)
 
 
-def _context_length(model: torch.nn.Module) -> int:
+def model_context_length(model: torch.nn.Module) -> int:
     cfg = getattr(model, "config", None)
     cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     return int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
