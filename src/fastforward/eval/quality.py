@@ -88,6 +88,17 @@ def paired(a: Sequence[bool], b: Sequence[bool]) -> dict[str, Any]:
     return {"b_minus_a": diff, "stderr": math.sqrt(max(var, 0.0)), "only_a": only_a, "only_b": only_b}
 
 
+def answer_quality(
+    loaded, samples: Sequence, max_new_tokens: int, batch_size: int, progress=None
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """One model's batched greedy answers to ``samples`` (first user turn) and their :func:`summarize`."""
+    tok, eos = loaded.tokenizer, loaded.eos_token_ids
+    prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+    outs = batched_greedy(loaded.model, prompts, max_new_tokens, eos, batch_size, progress)
+    texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
+    return summarize(outs, texts, [s.answer for s in samples], eos, max_new_tokens), outs
+
+
 def evaluate_quality(cfg: QualityConfig, log=None, command: list[str] | None = None) -> dict[str, Any]:
     """Greedy answers of each model on the same prompts -> per-model summary, per-sample marks, paired deltas."""
     from fastforward.bench.hardware import describe
@@ -99,22 +110,17 @@ def evaluate_quality(cfg: QualityConfig, log=None, command: list[str] | None = N
     samples = load_dataset(cfg.dataset, cfg.limit, split=cfg.split, data_path=cfg.data_path)
     if not samples:
         raise FastForwardError(f"no samples in {cfg.dataset} ({cfg.split})")
-    golds = [s.answer for s in samples]
     t0 = time.perf_counter()
     models: dict[str, Any] = {}
     marks: dict[str, list[bool]] = {}
     for ref in cfg.models:
         loaded = load_model(ref, cfg.dtype, cfg.device)
-        tok, eos = loaded.tokenizer, loaded.eos_token_ids
-        prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
         t = time.perf_counter()
 
         def progress(done: int, total: int, ref: str = ref, t: float = t) -> None:
             log(f"quality {ref}: {done}/{total} prompts ({time.perf_counter() - t:.0f} s)")
 
-        outs = batched_greedy(loaded.model, prompts, cfg.max_new_tokens, eos, cfg.batch_size, progress)
-        texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
-        summary = summarize(outs, texts, golds, eos, cfg.max_new_tokens)
+        summary, outs = answer_quality(loaded, samples, cfg.max_new_tokens, cfg.batch_size, progress)
         summary["wall_s"] = time.perf_counter() - t
         correct, repetitive = summary.pop("correct_per_prompt"), summary.pop("repetitive_per_prompt")
         summary["per_sample"] = [

@@ -159,17 +159,11 @@ def _model_report(
 
 def _quality(fp32, cfg: EvalConfig, log) -> dict[str, Any]:
     """fp32 greedy answers to the first ``quality_limit`` prompts, batched: accuracy, repetition, marks."""
-    from fastforward.core.batched import batched_greedy
-    from fastforward.eval.quality import summarize
+    from fastforward.eval.quality import answer_quality
 
     samples = load_dataset(cfg.dataset, cfg.quality_limit, split=cfg.split, data_path=cfg.data_path)
-    tok, eos = fp32.tokenizer, fp32.eos_token_ids
-    prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
-    log(f"eval {fp32.name}: batched fp32 quality on {len(prompts)} prompts")
-    outs = batched_greedy(fp32.model, prompts, cfg.max_new_tokens, eos, cfg.quality_batch_size)
-    texts = [tok.decode(o, skip_special_tokens=True) for o in outs]
-    golds = [s.answer for s in samples]
-    out = summarize(outs, texts, golds, eos, cfg.max_new_tokens)
+    log(f"eval {fp32.name}: batched fp32 quality on {len(samples)} prompts")
+    out, _ = answer_quality(fp32, samples, cfg.max_new_tokens, cfg.quality_batch_size)
     out["correct_per_prompt"] = [bool(c) for c in out["correct_per_prompt"]]
     del out["repetitive_per_prompt"]
     return out
