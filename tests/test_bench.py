@@ -6,10 +6,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from fastforward.bench.runner import run_bench
 from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset
-from fastforward.decoders.registry import build_decoder, parse_options, resolve_methods
+from fastforward.decoders.registry import build_decoder, options_for, parse_options, resolve_methods
+from fastforward.errors import FastForwardError
 
 
 def test_run_bench_contract_on_real_model(smollm2):
@@ -75,3 +78,17 @@ def test_method_resolution_and_options():
         "init": "random",
         "adaptive": True,
     }
+
+
+def test_tagged_methods_get_their_own_scoped_options():
+    labels = resolve_methods("ar,jacobi,jacobi:b16", have_draft=False)
+    assert labels == ["ar", "jacobi", "jacobi:b16"]
+    opts = parse_options(["max_iters=8", "jacobi:b16.block_size=16"])
+    assert options_for("jacobi", opts, labels) == {"max_iters": 8}
+    assert options_for("jacobi:b16", opts, labels) == {"max_iters": 8, "block_size": 16}
+    with pytest.raises(FastForwardError, match="not in --methods"):
+        options_for("jacobi", parse_options(["jacobi:typo.block_size=4"]), labels)
+    with pytest.raises(FastForwardError, match="twice"):
+        resolve_methods("ar,jacobi,jacobi", have_draft=False)
+    with pytest.raises(FastForwardError, match="unknown method"):
+        resolve_methods("nosuch:tag", have_draft=False)

@@ -17,7 +17,7 @@ from fastforward.bench import hardware
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
-from fastforward.decoders.registry import METHODS
+from fastforward.decoders.registry import METHODS, base_method
 from fastforward.models.loading import LoadedModel, log
 
 BASELINE = "ar"
@@ -135,7 +135,7 @@ def run_bench(
             "wall_time_s": t.wall_time_s,
             "target_forwards": t.target_forwards,
             "draft_time_share": t.draft_time_s / t.wall_time_s if t.wall_time_s else 0.0,
-            "lossless": METHODS[n].lossless if n in METHODS else None,
+            "lossless": METHODS[base_method(n)].lossless if base_method(n) in METHODS else None,
             "extras": t.extras,
             "per_sample": t.samples,
         }

@@ -10,7 +10,7 @@ from fastforward.bench.report import markdown_table
 from fastforward.bench.runner import BASELINE, run_bench
 from fastforward.cli.common import add_generation_args, add_model_args, generation_config, load_models
 from fastforward.data import load_dataset
-from fastforward.decoders.registry import build_decoder, parse_options, resolve_methods
+from fastforward.decoders.registry import build_decoder, options_for, parse_options, resolve_methods
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import log
 
@@ -23,7 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="heldout", help="gsm8k split: heldout (default), train, all")
     p.add_argument("--data-path", default=None, help="user JSONL instead of --dataset")
     p.add_argument("--limit", type=int, default=10, help="samples per dataset")
-    p.add_argument("--methods", default="ar,hf_generate", help="comma list, or 'all' (every lossless method)")
+    p.add_argument(
+        "--methods",
+        default="ar,hf_generate",
+        help="comma list, or 'all' (every lossless method); name:tag runs a method again under its own options",
+    )
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per method (excluded)")
     p.add_argument("--out", default=None, help="write JSON here (and a .md table beside it)")
     p.set_defaults(func=run)
@@ -41,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     if BASELINE not in methods:
         methods.insert(0, BASELINE)
     options = parse_options(args.opt)
-    decoders = {m: build_decoder(m, target, draft, options if m != BASELINE else {}) for m in methods}
+    decoders = {
+        m: build_decoder(m, target, draft, options_for(m, options, methods) if m != BASELINE else {})
+        for m in methods
+    }
     config = generation_config(args, target)
     log(
         f"bench {target.name} {args.dtype}: {len(samples)} samples x {len(methods)} methods ({', '.join(methods)})"

@@ -29,7 +29,7 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="method option, repeatable (e.g. block_size=16, gamma=5, eps=2.0)",
+        help="method option, repeatable (e.g. block_size=16, gamma=5, eps=2.0); LABEL.key=value applies to one --methods entry only",
     )
 
 

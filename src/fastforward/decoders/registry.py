@@ -79,8 +79,16 @@ def available(spec: MethodSpec) -> bool:
     return True
 
 
+def base_method(label: str) -> str:
+    """``chimera:medusa`` -> ``chimera``: a label is a method name plus an optional ``:tag``, so one bench run
+    can hold the same method twice with different options (e.g. a draft and its ablations)."""
+    return label.split(":", 1)[0]
+
+
 def resolve_methods(text: str, have_draft: bool) -> list[str]:
-    """Parse ``--methods a,b,c`` or ``all`` (every available lossless method that can run with these models)."""
+    """Parse ``--methods a,b,c:tag`` or ``all`` (every available lossless method that can run with these models).
+
+    Returns labels (a method name, or ``name:tag`` for a second configuration of the same method)."""
     if text == "all":
         return [
             n
@@ -90,21 +98,24 @@ def resolve_methods(text: str, have_draft: bool) -> list[str]:
             and (have_draft or not s.needs_draft)
             and n not in ("chimera", "sd-sample")
         ]
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
+    labels = [n.strip() for n in text.split(",") if n.strip()]
+    if len(set(labels)) != len(labels):
+        raise FastForwardError(f"--methods lists a method twice: {text} (tag the second one, e.g. chimera:b)")
+    for label in labels:
+        n = base_method(label)
         if n not in METHODS:
             raise FastForwardError(f"unknown method '{n}'; known: {', '.join(METHODS)}")
         if not available(METHODS[n]):
             raise FastForwardError(f"method '{n}' is not available in this build")
         if METHODS[n].needs_draft and not have_draft:
             raise FastForwardError(f"method '{n}' needs a draft model: pass --draft NAME")
-    return names
+    return labels
 
 
 def build_decoder(
     name: str, target: LoadedModel, draft: LoadedModel | None = None, options: dict[str, Any] | None = None
 ) -> Decoder:
-    spec = METHODS.get(name)
+    spec = METHODS.get(base_method(name))
     if spec is None:
         raise FastForwardError(f"unknown method '{name}'; known: {', '.join(METHODS)}")
     if spec.needs_draft and draft is None:
@@ -129,4 +140,20 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
         if v.lower() in ("true", "false"):
             val = v.lower() == "true"
         out[k.strip()] = val
+    return out
+
+
+def options_for(label: str, options: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """The options of one bench entry: the unscoped ``key=value`` ones, overridden by ``label.key=value``.
+
+    A scoped option whose label is not among ``labels`` is an error (a typo would silently change nothing)."""
+    for key in options:
+        if "." in key and key.split(".", 1)[0] not in labels:
+            raise FastForwardError(
+                f"--opt {key}: '{key.split('.', 1)[0]}' is not in --methods ({', '.join(labels)})"
+            )
+    out = {k: v for k, v in options.items() if "." not in k}
+    out.update(
+        {k.split(".", 1)[1]: v for k, v in options.items() if k.split(".", 1)[0] == label and "." in k}
+    )
     return out
