@@ -93,6 +93,21 @@ def test_loss_has_finite_ce_and_mse_and_mse_changes_the_gradient(tiny_data):
     assert not torch.allclose(grads[0.0], grads[1.0])
 
 
+def test_ce_position_sampling_estimates_the_same_loss(tiny_data):
+    tiny, data = tiny_data
+    batch = _batch(data)
+    torch.manual_seed(0)
+    draft = new_draft(tiny.model, num_heads=2)
+    _, full = chimera_loss(draft, batch, 1.0)
+    _, all_kept = chimera_loss(draft, batch, 1.0, ce_positions=10**6)  # more than there are: no sampling
+    assert all_kept == full
+    samples = [chimera_loss(draft, batch, 1.0, ce_positions=4)[1] for _ in range(40)]
+    assert all(s["mse"] == full["mse"] for s in samples)  # MSE always on every position
+    ces = torch.tensor([s["ce"] for s in samples])
+    assert len(set(ces.tolist())) > 1  # the subset really changes
+    assert ces.mean().item() == pytest.approx(full["ce"], rel=0.05)  # and estimates the whole loss
+
+
 def test_medusa_ablation_has_no_mse_term(tiny_data):
     tiny, data = tiny_data
     _, parts = chimera_loss(new_draft(tiny.model, variant="medusa"), _batch(data), 1.0)

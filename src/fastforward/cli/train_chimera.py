@@ -34,6 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--mse-weight", type=float, default=1.0)
+    p.add_argument(
+        "--ce-positions",
+        type=int,
+        default=0,
+        help="per head and step, CE on this many random answer positions (0 = all)",
+    )
     p.add_argument("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-every", type=int, default=100)
@@ -65,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         tcfg = TrainConfig(
             data=str(data / "train"), out=str(out), num_heads=args.heads, variant=args.variant,
             vocab=args.vocab, steps=args.steps, batch_size=args.batch_size, max_len=args.max_len,
-            lr=args.lr, warmup=args.warmup, mse_weight=args.mse_weight, bf16=not args.no_bf16,
+            lr=args.lr, warmup=args.warmup, mse_weight=args.mse_weight, ce_positions=args.ce_positions,
+            bf16=not args.no_bf16,
             seed=args.seed, save_every=args.save_every,
         )  # fmt: skip
         train(tcfg, target.model, resume=args.resume)
