@@ -26,6 +26,7 @@ COMMANDS = (
     "eval_quality",
     "cllm_curve",
     "train_chimera",
+    "chimera_report",
 )
 
 

@@ -45,6 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--eval", action="store_true", help="evaluate after training")
+    p.add_argument(
+        "--collect-only",
+        action="store_true",
+        help="only write the training data (then train variants in parallel)",
+    )
     p.add_argument("--eval-only", action="store_true", help="evaluate an existing draft in OUT; no training")
     p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for head accuracy")
     p.add_argument("--eval-decode", type=int, default=4, help="held-out prompts decoded with the draft")
@@ -68,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.eval_only:
         collect(target, data / "train", dcfg)
+        if args.collect_only:
+            return 0
         tcfg = TrainConfig(
             data=str(data / "train"), out=str(out), num_heads=args.heads, variant=args.variant,
             vocab=args.vocab, steps=args.steps, batch_size=args.batch_size, max_len=args.max_len,

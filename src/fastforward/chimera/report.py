@@ -1,0 +1,110 @@
+"""One summary of a Chimera run: head top-k accuracy per variant beside per-dataset acceptance and speed.
+
+Inputs are files the pipeline already wrote (``train-chimera --eval-only --report`` per variant, and
+``bench`` JSONs holding ``ar`` plus ``chimera`` entries); nothing is re-measured here. Per-dataset figures are
+recomputed from the bench's per-sample records (every sample counted), so MT-bench and GSM8K are reported
+apart even when one bench ran both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fastforward.decoders.registry import base_method
+from fastforward.errors import FastForwardError
+
+
+def _read(path: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FastForwardError(f"no such file: {path}") from None
+    except json.JSONDecodeError as e:
+        raise FastForwardError(f"{path} is not JSON ({e})") from None
+
+
+def dataset_of(sample_id: str) -> str:
+    """``mtbench-81`` -> ``mtbench``; ``gsm8k-12`` -> ``gsm8k``."""
+    return sample_id.rsplit("-", 1)[0]
+
+
+def per_dataset(method: dict[str, Any], ar: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Tokens per target forward, identical_to_ar and speedup vs AR of one bench entry, split by dataset."""
+    out: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict]] = {}
+    for s in method["per_sample"]:
+        groups.setdefault(dataset_of(s["id"]), []).append(s)
+    ar_groups: dict[str, list[dict]] = {}
+    for s in ar["per_sample"]:
+        ar_groups.setdefault(dataset_of(s["id"]), []).append(s)
+    for ds, rows in groups.items():
+        new = sum(r["new_tokens"] for r in rows)
+        fwd = sum(r["target_forwards"] for r in rows)
+        wall = sum(r["wall_time_s"] for r in rows)
+        ar_rows = ar_groups.get(ds, [])
+        ar_tps = sum(r["new_tokens"] for r in ar_rows) / max(1e-9, sum(r["wall_time_s"] for r in ar_rows))
+        same = [r["identical_to_ar"] for r in rows if r["identical_to_ar"] is not None]
+        out[ds] = {
+            "generations": len(rows),
+            "mean_accepted_tokens": round(new / fwd, 3) if fwd else None,
+            "identical_to_ar": round(sum(same) / len(same), 3) if same else None,
+            "tokens_per_s": round(new / wall, 2) if wall else None,
+            "speedup_vs_ar": round(new / wall / ar_tps, 3) if wall and ar_tps else None,
+        }
+    return out
+
+
+def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, Any]:
+    """{"heads": {variant: top-k table}, "bench": {dtype: {label: overall + per-dataset + cache hit rate}}}."""
+    report: dict[str, Any] = {"heads": {}, "bench": {}}
+    for path in heads:
+        h = _read(path)
+        if "head_topk" not in h:
+            raise FastForwardError(f"{path} has no head_topk (not a train-chimera --report file)")
+        variant = h.get("draft", {}).get("variant", Path(path).stem)
+        report["heads"][variant] = {
+            "head_topk": h["head_topk"],
+            "positions": h.get("positions"),
+            "file": str(path),
+        }
+    for path in benches:
+        b = _read(path)
+        if "methods" not in b or "ar" not in b["methods"]:
+            raise FastForwardError(f"{path} is not a bench result with an 'ar' entry")
+        ar = b["methods"]["ar"]
+        rows: dict[str, Any] = {}
+        for label, m in b["methods"].items():
+            if base_method(label) != "chimera" and label != "ar":
+                continue
+            ex = m.get("extras", {})
+            lookups = ex.get("trigram_cache_lookups", 0)
+            rows[label] = {
+                "options": {
+                    k.split(".", 1)[1]: v for k, v in _opts(b).items() if k.split(".", 1)[0] == label
+                },
+                "mean_accepted_tokens": m["mean_accepted_tokens"],
+                "identical_to_ar": m["identical_to_ar"],
+                "speedup_vs_ar": m["speedup_vs_ar"],
+                "tokens_per_s": m["tokens_per_s"],
+                "trigram_cache_hit_rate": round(ex.get("trigram_cache_hits", 0) / lookups, 3)
+                if lookups
+                else None,
+                "head_accepted": ex.get("head_accepted"),
+                "by_dataset": per_dataset(m, ar),
+            }
+        report["bench"][b["dtype"]] = {
+            "file": str(path),
+            "hardware": b.get("hardware"),
+            "max_new_tokens": b.get("max_new_tokens"),
+            "dataset": b.get("dataset"),
+            "methods": rows,
+        }
+    return report
+
+
+def _opts(bench: dict[str, Any]) -> dict[str, Any]:
+    from fastforward.decoders.registry import parse_options
+
+    return parse_options(bench.get("config", {}).get("opt"))
