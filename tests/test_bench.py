@@ -92,3 +92,8 @@ def test_tagged_methods_get_their_own_scoped_options():
         resolve_methods("ar,jacobi,jacobi", have_draft=False)
     with pytest.raises(FastForwardError, match="unknown method"):
         resolve_methods("nosuch:tag", have_draft=False)
+
+
+def test_a_tagged_label_builds_its_base_method(smollm2):
+    dec = build_decoder("pld:short", smollm2, None, {"gamma": 2})
+    assert dec.name == "pld"  # the method's own logic (drafter choice) keys on the base name

@@ -120,7 +120,7 @@ def build_decoder(
         raise FastForwardError(f"unknown method '{name}'; known: {', '.join(METHODS)}")
     if spec.needs_draft and draft is None:
         raise FastForwardError(f"method '{name}' needs a draft model: pass --draft NAME")
-    return _module(spec).build(name, target, draft, dict(options or {}))
+    return _module(spec).build(spec.name, target, draft, dict(options or {}))
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:
