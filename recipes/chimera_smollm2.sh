@@ -4,9 +4,9 @@
 # top-k accuracy on held-out records -> side-by-side benches on MT-bench and GSM8K held-out (fp32: exactness
 # and tokens per forward; bf16: speed) -> results/chimera.json.
 #
-# CPU variant (default), sized to about 2 hours on the 2-core development machine from costs measured here:
-# data ~16 records/min (fp32, 8 prompts per batched greedy generation, <= 192 answer tokens) -> ~40 min for
-# 640 prompts; 600 steps per variant, two variants at a time with 1 thread each; benches ~10 min each.
+# CPU variant (default), about 1.5 hours on the 2-core development machine from costs measured here:
+# data ~16 records/min (fp32, 8 prompts per batched greedy generation, <= 192 answer tokens): 39 min for
+# 640 prompts; 600 steps per variant, the three variants at once (~30 min); benches ~10 min each.
 # That is far less data and training than the paper's (ShareGPT-scale, full epochs): it is the largest
 # honest CPU run, not a reproduction of the paper's accuracies. GPU variant:   GPU=1 bash recipes/chimera_smollm2.sh
 #
@@ -33,14 +33,13 @@ fi
 # 1. Data, shared by the three variants.
 fastforward train-chimera $DATA $DEV --threads "$J" --out "$OUT/chimera" --collect-only
 
-# 2. Three drafts, same data and recipe (on the CPU two at a time).
+# 2. Three drafts, same data and recipe, trained at once (on the CPU 1 thread each; medusa finishes first).
 train() {  # $1 = variant, $2 = out dir
   local resume=""; [ -f "$OUT/$2/checkpoint/progress.json" ] && resume="--resume"
   [ -f "$OUT/$2/draft.safetensors" ] && [ -z "$resume" ] && return 0
   fastforward train-chimera $DATA $TRAIN $DEV --variant "$1" --out "$OUT/$2" $resume > "$OUT/train_$2.log" 2>&1
 }
-train chimera chimera & train medusa medusa & wait
-train no_residual nores
+train chimera chimera & train medusa medusa & train no_residual nores & wait
 
 # 3. Head top-1..5 accuracy on 64 held-out records (32 ShareGPT from index 8000, 32 GSM8K held-out).
 for v in chimera medusa nores; do
