@@ -115,6 +115,9 @@ def evaluate(target, draft, data: Path, args: argparse.Namespace) -> dict:
     report.update(head_topk_accuracy(draft, held))
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_token_ids=target.eos_token_ids)
     ar = ARDecoder(target.model)
+    if args.eval_decode <= 0:  # head accuracy only; decoding is measured by `bench` instead
+        report.update(decode=[], mean_accepted_tokens=None, identical_to_ar=None)
+        return report
     runs = []
     for tree in ("default", "chain"):
         dec = ChimeraDecoder(target.model, draft, ChimeraOptions(tree=tree))
