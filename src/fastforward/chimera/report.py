@@ -88,6 +88,7 @@ def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, A
                 "identical_to_ar": m["identical_to_ar"],
                 "speedup_vs_ar": m["speedup_vs_ar"],
                 "tokens_per_s": m["tokens_per_s"],
+                "draft_time_share": m.get("draft_time_share"),
                 "trigram_cache_hit_rate": round(ex.get("trigram_cache_hits", 0) / lookups, 3)
                 if lookups
                 else None,
