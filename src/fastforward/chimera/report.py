@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fastforward.decoders.registry import base_method
+from fastforward.decoders.registry import base_method, parse_options
 from fastforward.errors import FastForwardError
 
 
@@ -106,6 +106,4 @@ def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, A
 
 
 def _opts(bench: dict[str, Any]) -> dict[str, Any]:
-    from fastforward.decoders.registry import parse_options
-
     return parse_options(bench.get("config", {}).get("opt"))
