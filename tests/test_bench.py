@@ -35,6 +35,7 @@ def test_run_bench_contract_on_real_model(smollm2):
     assert out["methods"]["ar"]["mean_accepted_tokens"] == 1.0
     assert out["methods"]["hf_generate"]["identical_to_ar"] == 1.0
     assert out["ar_vs_hf_generate"] > 0
+    assert [s["dataset"] for s in out["methods"]["ar"]["per_sample"]] == ["mtbench", "mtbench"]
     json.dumps(out)  # serialisable
 
 

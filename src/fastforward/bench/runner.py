@@ -34,7 +34,7 @@ class MethodTotals:
     samples: list[dict[str, Any]] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, sample_id: str, turn: int, stats: DecodeStats, identical: bool | None, text: str) -> None:
+    def add(self, sample: Sample, turn: int, stats: DecodeStats, identical: bool | None, text: str) -> None:
         self.new_tokens += stats.new_tokens
         self.wall_time_s += stats.wall_time_s
         self.target_forwards += stats.target_forwards
@@ -45,7 +45,8 @@ class MethodTotals:
         _merge_extras(self.extras, stats.extras)
         self.samples.append(
             {
-                "id": sample_id,
+                "id": sample.id,
+                "dataset": sample.dataset,
                 "turn": turn,
                 "new_tokens": stats.new_tokens,
                 "wall_time_s": round(stats.wall_time_s, 4),
@@ -115,7 +116,7 @@ def run_bench(
             for n in names:
                 same = (results[n].tokens == ref) if greedy else None
                 text = tok.decode(results[n].tokens, skip_special_tokens=True)
-                totals[n].add(sample.id, turn, results[n].stats, same, text)
+                totals[n].add(sample, turn, results[n].stats, same, text)
             messages.append({"role": "assistant", "content": tok.decode(ref, skip_special_tokens=True)})
             line = ", ".join(f"{n} {results[n].stats.tokens_per_s:.1f}" for n in names)
             log(f"[{si + 1}/{len(samples)}] {sample.id} turn {turn + 1}: tok/s {line}")

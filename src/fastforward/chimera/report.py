@@ -25,21 +25,23 @@ def _read(path: str | Path) -> dict[str, Any]:
         raise FastForwardError(f"{path} is not JSON ({e})") from None
 
 
-def dataset_of(sample_id: str) -> str:
-    """``mtbench-81`` -> ``mtbench``; ``gsm8k-12`` -> ``gsm8k``."""
-    return sample_id.rsplit("-", 1)[0]
+def dataset_of(sample: dict[str, Any]) -> str:
+    """The record's ``dataset`` field; files written before it existed: the id's prefix (``gsm8k-12``)."""
+    return sample.get("dataset") or sample["id"].rsplit("-", 1)[0]
+
+
+def _by_dataset(samples: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        groups.setdefault(dataset_of(s), []).append(s)
+    return groups
 
 
 def per_dataset(method: dict[str, Any], ar: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Tokens per target forward, identical_to_ar and speedup vs AR of one bench entry, split by dataset."""
+    ar_groups = _by_dataset(ar["per_sample"])
     out: dict[str, dict[str, Any]] = {}
-    groups: dict[str, list[dict]] = {}
-    for s in method["per_sample"]:
-        groups.setdefault(dataset_of(s["id"]), []).append(s)
-    ar_groups: dict[str, list[dict]] = {}
-    for s in ar["per_sample"]:
-        ar_groups.setdefault(dataset_of(s["id"]), []).append(s)
-    for ds, rows in groups.items():
+    for ds, rows in _by_dataset(method["per_sample"]).items():
         new = sum(r["new_tokens"] for r in rows)
         fwd = sum(r["target_forwards"] for r in rows)
         wall = sum(r["wall_time_s"] for r in rows)
@@ -74,6 +76,7 @@ def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, A
         if "methods" not in b or "ar" not in b["methods"]:
             raise FastForwardError(f"{path} is not a bench result with an 'ar' entry")
         ar = b["methods"]["ar"]
+        opts = parse_options(b.get("config", {}).get("opt"))
         rows: dict[str, Any] = {}
         for label, m in b["methods"].items():
             if base_method(label) != "chimera" and label != "ar":
@@ -81,9 +84,7 @@ def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, A
             ex = m.get("extras", {})
             lookups = ex.get("trigram_cache_lookups", 0)
             rows[label] = {
-                "options": {
-                    k.split(".", 1)[1]: v for k, v in _opts(b).items() if k.split(".", 1)[0] == label
-                },
+                "options": {k.split(".", 1)[1]: v for k, v in opts.items() if k.split(".", 1)[0] == label},
                 "mean_accepted_tokens": m["mean_accepted_tokens"],
                 "identical_to_ar": m["identical_to_ar"],
                 "speedup_vs_ar": m["speedup_vs_ar"],
@@ -103,7 +104,3 @@ def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, A
             "methods": rows,
         }
     return report
-
-
-def _opts(bench: dict[str, Any]) -> dict[str, Any]:
-    return parse_options(bench.get("config", {}).get("opt"))
