@@ -108,6 +108,12 @@ def test_ce_position_sampling_estimates_the_same_loss(tiny_data):
     assert ces.mean().item() == pytest.approx(full["ce"], rel=0.05)  # and estimates the whole loss
 
 
+def test_negative_ce_positions_is_a_clear_error(tiny_data, tmp_path):
+    tiny, data = tiny_data
+    with pytest.raises(FastForwardError, match="ce_positions"):
+        train(TrainConfig(data=str(data), out=str(tmp_path / "x"), steps=1, ce_positions=-1), tiny.model)
+
+
 def test_medusa_ablation_has_no_mse_term(tiny_data):
     tiny, data = tiny_data
     _, parts = chimera_loss(new_draft(tiny.model, variant="medusa"), _batch(data), 1.0)

@@ -199,6 +199,8 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
     """Train (or resume) a draft for ``model`` on ``cfg.data``; saves into ``cfg.out``; returns draft, log."""
     from accelerate import Accelerator
 
+    if cfg.ce_positions < 0:
+        raise FastForwardError(f"ce_positions must be >= 0 (0 = every position), got {cfg.ce_positions}")
     files = records(cfg.data)
     if not files:
         raise FastForwardError(f"no training records in '{cfg.data}' (run the data step first)")
