@@ -39,7 +39,8 @@ train() {  # $1 = variant, $2 = out dir
   [ -f "$OUT/$2/draft.safetensors" ] && [ -z "$resume" ] && return 0
   fastforward train-chimera $DATA $TRAIN $DEV --variant "$1" --out "$OUT/$2" $resume > "$OUT/train_$2.log" 2>&1
 }
-train chimera chimera & train medusa medusa & train no_residual nores & wait
+train chimera chimera & p1=$!; train medusa medusa & p2=$!; train no_residual nores & p3=$!
+wait $p1; wait $p2; wait $p3  # set -e: a failed training stops the recipe here (its log says why)
 
 # 3. Head top-1..5 accuracy on 64 held-out records (32 ShareGPT from index 8000, 32 GSM8K held-out).
 for v in chimera medusa nores; do
