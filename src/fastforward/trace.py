@@ -3,7 +3,8 @@ whether it already equals the fixed point (the greedy AR token at that position)
 
 Three renderers over the same cells: ANSI text for the terminal, a self-contained HTML page, and a PNG
 (Pillow). They take :class:`~fastforward.decoders.jacobi.BlockTrajectory` records and a function that turns
-one token id into display text, so they know nothing about models.
+one token id into display text, so they know nothing about models. The CLLM learning-curve chart
+(``cllm-curve``) is drawn here too, with the same fonts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastforward.cllm.curve import CurvePoint
 from fastforward.decoders.jacobi import BlockTrajectory, block_measures
 from fastforward.errors import FastForwardError
 
@@ -88,7 +90,7 @@ def render_html(rows: Sequence[Row], title: str) -> str:
 
 def load_font(size: int):
     """A monospace TrueType font if one is installed, else Pillow's default (shared by every PNG we draw)."""
-    from PIL import ImageFont
+    from PIL import ImageFont  # Pillow is optional (not a package dependency)
 
     for name in ("DejaVuSansMono.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"):
         try:
@@ -100,7 +102,7 @@ def load_font(size: int):
 
 def render_png(rows: Sequence[Row], title: str, path: Path, size: int = 14) -> None:
     try:
-        from PIL import Image, ImageDraw
+        from PIL import Image, ImageDraw  # Pillow is optional (not a package dependency)
     except ModuleNotFoundError:
         raise FastForwardError("writing a PNG needs Pillow: pip install pillow (or write .html)") from None
     font, bold = load_font(size), load_font(size + 2)
@@ -149,3 +151,46 @@ def write(rows: Sequence[Row], title: str, path: str | Path) -> Path:
     else:
         raise FastForwardError(f"--out must end in .png or .html, got '{p.name}'")
     return p
+
+
+def plot_learning_curve(points: Sequence[CurvePoint], path: str | Path, title: str) -> Path:
+    """A small PNG line chart of ``cllm-curve``: Jacobi tokens per forward against training tokens."""
+    from PIL import Image, ImageDraw  # Pillow is optional (not a package dependency)
+
+    path = Path(path)
+    w, h, left, right, top, bottom = 760, 420, 70, 70, 50, 60
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    font, bold = load_font(13), load_font(15)
+    xs = [p.train_tokens for p in points]
+    ys = [p.mean_accepted_tokens for p in points]
+    x_max = max(max(xs), 1)
+    y_lo, y_hi = min(1.0, min(ys)), max(ys) * 1.05 + 0.01
+
+    def px(x: float, y: float) -> tuple[float, float]:
+        return (
+            left + (w - left - right) * x / x_max,
+            h - bottom - (h - top - bottom) * (y - y_lo) / (y_hi - y_lo),
+        )
+
+    d.text((left, 15), title, fill="black", font=bold)
+    d.line([left, top, left, h - bottom, w - right, h - bottom], fill="black")
+    for i in range(5):
+        y = y_lo + (y_hi - y_lo) * i / 4
+        _, yy = px(0, y)
+        d.line([left - 4, yy, w - right, yy], fill=(225, 225, 225))
+        d.text((8, yy - 7), f"{y:.2f}", fill="black", font=font)
+    for i in range(5):
+        x = x_max * i / 4
+        xx, _ = px(x, y_lo)
+        d.text((xx - 20, h - bottom + 8), f"{x / 1000:.0f}k", fill="black", font=font)
+    d.text((left + 120, h - 25), "packed training tokens", fill="black", font=font)
+    d.text((left + 6, top + 4), "Jacobi tokens per forward (held-out)", fill=(60, 60, 60), font=font)
+    pts = [px(x, y) for x, y in zip(xs, ys, strict=True)]
+    if len(pts) > 1:
+        d.line(pts, fill=(30, 90, 200), width=3)
+    for (xx, yy), p in zip(pts, points, strict=True):
+        d.ellipse([xx - 4, yy - 4, xx + 4, yy + 4], fill=(30, 90, 200))
+        d.text((xx + 6, yy - 18), f"{p.mean_accepted_tokens:.2f}", fill="black", font=font)
+    img.save(path)
+    return path

@@ -13,67 +13,35 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fastforward.bench import hardware
+from fastforward import hardware
 from fastforward.core.decoder import Decoder, GenerationConfig
+from fastforward.core.metrics import DecodeTotals, generation_record
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
-from fastforward.decoders.registry import METHODS, base_method
-from fastforward.models.loading import LoadedModel, log
+from fastforward.log import log
+from fastforward.models.loading import LoadedModel
 
 BASELINE = "ar"
 
 
 @dataclass
 class MethodTotals:
-    new_tokens: int = 0
-    wall_time_s: float = 0.0
-    target_forwards: int = 0
-    draft_time_s: float = 0.0
-    identical: int = 0
-    compared: int = 0
+    """One method's totals plus the per-generation records the result file keeps (every sample counted)."""
+
+    totals: DecodeTotals = field(default_factory=DecodeTotals)
     samples: list[dict[str, Any]] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def add(self, sample: Sample, turn: int, stats: DecodeStats, identical: bool | None, text: str) -> None:
-        self.new_tokens += stats.new_tokens
-        self.wall_time_s += stats.wall_time_s
-        self.target_forwards += stats.target_forwards
-        self.draft_time_s += stats.draft_time_s
-        if identical is not None:
-            self.compared += 1
-            self.identical += int(identical)
-        _merge_extras(self.extras, stats.extras)
+        self.totals.add(stats, identical)
         self.samples.append(
             {
                 "id": sample.id,
                 "dataset": sample.dataset,
                 "turn": turn,
-                "new_tokens": stats.new_tokens,
-                "wall_time_s": round(stats.wall_time_s, 4),
-                "target_forwards": stats.target_forwards,
-                "identical_to_ar": identical,
+                **generation_record(stats, identical),
                 "text": text,
             }
         )
-
-
-def _merge_extras(acc: dict[str, Any], new: dict[str, Any]) -> None:
-    """Sum numeric extras; sum lists of numbers element-wise (per-position counts). Other types: last wins."""
-    for k, v in new.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float, list)):
-            acc[k] = v
-        elif isinstance(v, list):
-            cur = acc.setdefault(k, [])
-            if all(isinstance(x, (int, float)) for x in v):
-                cur.extend([0] * (len(v) - len(cur)))
-                for i, x in enumerate(v):
-                    cur[i] += x
-        else:
-            acc[k] = acc.get(k, 0) + v
-
-
-def prompts_for(sample: Sample) -> int:
-    return len(sample.turns)
 
 
 def run_bench(
@@ -121,24 +89,24 @@ def run_bench(
             line = ", ".join(f"{n} {results[n].stats.tokens_per_s:.1f}" for n in names)
             log(f"[{si + 1}/{len(samples)}] {sample.id} turn {turn + 1}: tok/s {line}")
 
-    base_tps = _tps(totals[BASELINE])
+    base_tps = totals[BASELINE].totals.tokens_per_s
     methods: dict[str, Any] = {}
     for n in names:
-        t = totals[n]
-        tps = _tps(t)
+        t = totals[n].totals
+        tps = t.tokens_per_s
         methods[n] = {
             "tokens_per_s": tps,
             "speedup_vs_ar": tps / base_tps if base_tps else 0.0,
-            "mean_accepted_tokens": t.new_tokens / t.target_forwards if t.target_forwards else None,
-            "identical_to_ar": t.identical / t.compared if t.compared else None,
-            "samples": len(t.samples),
+            "mean_accepted_tokens": t.mean_accepted_tokens,
+            "identical_to_ar": t.identical_rate,
+            "samples": len(totals[n].samples),
             "new_tokens": t.new_tokens,
             "wall_time_s": t.wall_time_s,
             "target_forwards": t.target_forwards,
-            "draft_time_share": t.draft_time_s / t.wall_time_s if t.wall_time_s else 0.0,
-            "lossless": METHODS[base_method(n)].lossless if base_method(n) in METHODS else None,
+            "draft_time_share": t.draft_time_share,
+            "lossless": decoders[n].lossless,  # of the configured decoder: chimera accept=typical is lossy
             "extras": t.extras,
-            "per_sample": t.samples,
+            "per_sample": totals[n].samples,
         }
     out: dict[str, Any] = {
         "model": target.name,
@@ -157,7 +125,3 @@ def run_bench(
             methods["hf_generate"]["tokens_per_s"], 1e-9
         )
     return out
-
-
-def _tps(t: MethodTotals) -> float:
-    return t.new_tokens / t.wall_time_s if t.wall_time_s else 0.0

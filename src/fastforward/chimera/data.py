@@ -11,7 +11,6 @@ safetensors file, written once: a rerun skips the records already on disk (resum
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from fastforward.core.batched import batched_greedy
 from fastforward.data import Sample, load_dataset, render_prompt
-from fastforward.models.loading import LoadedModel, log
+from fastforward.log import log
+from fastforward.models.loading import LoadedModel
 
 HELDOUT_SHAREGPT_OFFSET = 8000  # evaluation ShareGPT prompts come from beyond this index
 
@@ -54,7 +54,7 @@ def target_states(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tensor,
     return out.hidden_states[-1][0], out.logits[0].argmax(-1)
 
 
-def collect(target: LoadedModel, out_dir: str | Path, cfg: DistillConfig) -> Path:
+def collect_distill_data(target: LoadedModel, out_dir: str | Path, cfg: DistillConfig) -> Path:
     """Write one record per prompt into ``out_dir`` (skipping records already there); returns the dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,11 +125,6 @@ def load_record(path: Path) -> dict[str, torch.Tensor]:
         "next": rec["next"],
         "prompt_len": int(rec["prompt_len"][0]),
     }
-
-
-def iter_records(data_dir: str | Path) -> Iterator[dict[str, torch.Tensor]]:
-    for p in records(data_dir):
-        yield load_record(p)
 
 
 def _hidden(target: LoadedModel) -> int:

@@ -5,7 +5,8 @@ Loss (eqs. 5-7): the sum over heads of the cross-entropy against the target's ow
 Medusa ablation has no ``h_full`` and so no MSE term). Only answer positions are scored: those are the ones
 the draft meets when decoding. Accelerate runs the loop (with our bf16 autocast, CPU or GPU); ``save_state``
 checkpoints make a run resumable. The saved draft is ``draft.safetensors`` (only the draft's own weights)
-plus ``chimera_config.json``; the target's embeddings and LM head are re-attached at load time.
+plus ``chimera_config.json`` (see :mod:`fastforward.chimera.checkpoint`); the target's embeddings and LM head
+are re-attached at load time.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from accelerate import Accelerator
 from torch.nn import functional as F
 
+from fastforward.chimera.checkpoint import load_draft as load_draft  # re-export until decoders.chimera moves
+from fastforward.chimera.checkpoint import save_draft, target_matrices
 from fastforward.chimera.data import load_record, records
 from fastforward.chimera.model import ChimeraConfig, ChimeraDraft
 from fastforward.errors import FastForwardError
-from fastforward.models.loading import log
-
-CONFIG_FILE, WEIGHTS_FILE = "chimera_config.json", "draft.safetensors"
+from fastforward.log import log
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,7 @@ class TrainConfig:
     log_every: int = 10
 
 
-# --------------------------------------------------------------------------- target pieces, save, load
-
-
-def target_matrices(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The target's input embeddings [V, d], LM head [V, d] and LM-head bias (or None)."""
-    head = model.get_output_embeddings()
-    return model.get_input_embeddings().weight, head.weight, getattr(head, "bias", None)
+# --------------------------------------------------------------------------- a new draft
 
 
 def new_draft(
@@ -66,32 +61,6 @@ def new_draft(
     embed, head, bias = target_matrices(model)
     cfg = ChimeraConfig(head.shape[1], head.shape[0], num_heads, variant, vocab)
     return ChimeraDraft(cfg, embed.float(), head.float(), None if bias is None else bias.float())
-
-
-def save_draft(draft: ChimeraDraft, out: str | Path, meta: dict | None = None) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().float().contiguous() for k, v in draft.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_FILE))
-    (out / CONFIG_FILE).write_text(json.dumps({"chimera": draft.cfg.to_dict(), **(meta or {})}, indent=1))
-    return out
-
-
-def load_draft(path: str | Path, model: torch.nn.Module) -> ChimeraDraft:
-    """Load a saved draft for ``model`` (its dtype and device); fails clearly on a mismatched target."""
-    p = Path(path)
-    if not (p / CONFIG_FILE).exists() or not (p / WEIGHTS_FILE).exists():
-        raise FastForwardError(f"no Chimera draft in '{path}' (expected {CONFIG_FILE} and {WEIGHTS_FILE})")
-    cfg = ChimeraConfig(**json.loads((p / CONFIG_FILE).read_text())["chimera"])
-    embed, head, bias = target_matrices(model)
-    if (head.shape[0], head.shape[1]) != (cfg.vocab_size, cfg.hidden_size):
-        raise FastForwardError(
-            f"draft '{path}' was trained for vocab {cfg.vocab_size} x hidden {cfg.hidden_size}, "
-            f"the target has {head.shape[0]} x {head.shape[1]}"
-        )
-    draft = ChimeraDraft(cfg, embed, head, bias)
-    draft.load_state_dict(load_file(str(p / WEIGHTS_FILE)))
-    return draft.to(device=head.device, dtype=head.dtype).eval().requires_grad_(False)
 
 
 # --------------------------------------------------------------------------- batches and loss
@@ -197,8 +166,6 @@ def head_topk_accuracy(draft: ChimeraDraft, data_dir: str | Path, max_len: int =
 
 def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tuple[ChimeraDraft, dict]:
     """Train (or resume) a draft for ``model`` on ``cfg.data``; saves into ``cfg.out``; returns draft, log."""
-    from accelerate import Accelerator
-
     if cfg.ce_positions < 0:
         raise FastForwardError(f"ce_positions must be >= 0 (0 = every position), got {cfg.ce_positions}")
     files = records(cfg.data)

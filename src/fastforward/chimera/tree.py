@@ -2,9 +2,8 @@
 
 A tree is a set of *paths of ranks*: ``(0, 2)`` is the node holding head 0's top-1 token followed by head 1's
 top-3 token. Node 0 is the root: the target's newest token, which the verification forward reads first.
-Verification runs the target once over all nodes with a tree mask; a node is *accepted* when its token is what
-the target chose (greedy) or finds typical (typical acceptance) after its parent; the longest root-to-node
-path of accepted nodes wins, and the target's token after its last node is the bonus.
+Verification runs the target once over all nodes with a tree mask and judges the nodes with
+:mod:`fastforward.core.acceptance` (greedy or typical, the longest accepted root-to-node path wins).
 
 Chimera's heads draft along their top-1 chain (head k sees the top-1 tokens of heads < k), so nodes off that
 chain reuse head k's top-k computed for the top-1 prefix: the same approximation Medusa's trees make.
@@ -78,51 +77,3 @@ def tree_tokens(tree: Tree, root: int, top_ids: torch.Tensor) -> list[int]:
     """Tokens of every node. top_ids: [K, k] head k's candidates by rank. -> [N + 1] ids (root first)."""
     ids = top_ids.tolist()
     return [int(root)] + [int(ids[len(p) - 1][p[-1]]) for p in tree.paths]
-
-
-def longest_path(parents: Sequence[int], ok: Sequence[bool]) -> list[int]:
-    """Node indices from the root to the deepest node whose whole path is ok (ok[0], the root, is ignored).
-
-    Ties between equally deep nodes go to the one listed first."""
-    valid = [True] + [False] * (len(parents) - 1)
-    depth = [0] * len(parents)
-    best = 0
-    for i in range(1, len(parents)):
-        p = parents[i]
-        valid[i] = valid[p] and bool(ok[i])
-        depth[i] = depth[p] + 1
-        if valid[i] and depth[i] > depth[best]:
-            best = i
-    path = []
-    while best >= 0:
-        path.append(best)
-        best = parents[best]
-    return path[::-1]
-
-
-def accept_greedy(tokens: Sequence[int], parents: Sequence[int], target_next: Sequence[int]) -> list[int]:
-    """Exact greedy: node i is ok when its token equals the target's argmax after its parent.
-
-    target_next: [N + 1] argmax of the target's logits at every node. Lossless."""
-    ok = [False] + [tokens[i] == target_next[parents[i]] for i in range(1, len(tokens))]
-    return longest_path(parents, ok)
-
-
-def typical_threshold(probs: torch.Tensor, eps: float, alpha: float) -> torch.Tensor:
-    """Medusa's typical-acceptance threshold min(eps, alpha * exp(-H(p))). probs: [..., V] -> [...]."""
-    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
-    return torch.minimum(torch.full_like(entropy, eps), alpha * torch.exp(-entropy))
-
-
-def accept_typical(
-    tokens: Sequence[int], parents: Sequence[int], probs: torch.Tensor, eps: float = 0.09, alpha: float = 0.3
-) -> list[int]:
-    """Typical acceptance (LOSSY): node i is ok when p_parent(token_i) > min(eps, alpha * exp(-H(p_parent))).
-
-    probs: [N + 1, V] the target's distribution at every node (temperature applied by the caller)."""
-    thr = typical_threshold(probs, eps, alpha)  # [N + 1]
-    ok = [False]
-    for i in range(1, len(tokens)):
-        p = parents[i]
-        ok.append(bool(probs[p, tokens[i]] > thr[p]))
-    return longest_path(parents, ok)

@@ -11,6 +11,8 @@ import importlib
 import os
 import sys
 
+from transformers.utils import logging as hf_logging
+
 from fastforward.errors import FastForwardError
 
 COMMANDS = (
@@ -48,8 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:
-        from transformers.utils import logging as hf_logging
-
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         return int(args.func(args) or 0)

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 from fastforward.bench.report import markdown_table
-from fastforward.bench.runner import BASELINE, run_bench
+from fastforward.bench.runner import run_bench
 from fastforward.cli.common import add_generation_args, add_model_args, generation_config, load_models
 from fastforward.data import load_dataset
-from fastforward.decoders.registry import build_decoder, options_for, parse_options, resolve_methods
+from fastforward.decoders.registry import build_decoders, parse_options
 from fastforward.errors import FastForwardError
-from fastforward.models.loading import log
+from fastforward.log import log
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,14 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if not samples:
         raise FastForwardError("no samples to benchmark")
     target, draft = load_models(args)
-    methods = resolve_methods(args.methods, draft is not None)
-    if BASELINE not in methods:
-        methods.insert(0, BASELINE)
-    options = parse_options(args.opt)
-    decoders = {
-        m: build_decoder(m, target, draft, options_for(m, options, methods) if m != BASELINE else {})
-        for m in methods
-    }
+    decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
+    methods = list(decoders)
     config = generation_config(args, target)
     log(
         f"bench {target.name} {args.dtype}: {len(samples)} samples x {len(methods)} methods ({', '.join(methods)})"

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from fastforward.bench.chimera_report import summarize
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("chimera-report", help="summarise a Chimera run (head accuracy + benches) in one JSON")
@@ -16,8 +18,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastforward.chimera.report import summarize
-
     report = summarize(args.heads, args.bench)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from fastforward.cllm.curve import CurvePoint, as_json, curve_models, measure
+from fastforward.data import load_dataset
+from fastforward.hardware import describe
 from fastforward.models.loading import DTYPES
+from fastforward.trace import plot_learning_curve
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,10 +33,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastforward.bench.hardware import describe
-    from fastforward.data import load_dataset
-    from fastforward.training.curve import CurvePoint, as_json, curve_models, measure, plot
-
     models = [("base", Path(args.base), 0, 0), *curve_models(args.run)]
     samples = load_dataset(args.dataset, args.limit, split=args.split, data_path=args.data_path)
     messages = [[{"role": "user", "content": s.turns[0]}] for s in samples]
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         "command": shlex.join(["fastforward", *sys.argv[1:]]),
     }
     out.write_text(json.dumps(as_json(points, extra), indent=2) + "\n")
-    png = plot(
+    png = plot_learning_curve(
         points, args.plot or out.with_suffix(".png"), f"CLLM on {args.dataset} {args.split}: {args.base}"
     )
     print(f"cllm-curve: {out}, {png}", file=sys.stderr)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fastforward.cllm.collect import CollectConfig, PromptJob, collect_trajectories
 from fastforward.data import DATASETS, load_dataset, render_prompt
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import DTYPES, load_model
-from fastforward.training.collect import CollectConfig, PromptJob, collect
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             answer = list(tok(gold, add_special_tokens=False)["input_ids"]) + ([eos[0]] if eos else [])
         jobs.append(PromptJob(s.id, prompt, answer))
     cfg = CollectConfig(args.block_size, args.max_new_tokens, args.batch_size, args.seed)
-    stats = collect(loaded.model, eos, jobs, args.out, cfg)
+    stats = collect_trajectories(loaded.model, eos, jobs, args.out, cfg)
     print(
         f"collect: {stats.prompts} prompts done ({stats.prompts_skipped} already complete), {stats.records} "
         f"blocks, {stats.tokens} tokens in {stats.wall_time_s:.1f}s ({stats.tokens_per_s:.1f} tok/s), "

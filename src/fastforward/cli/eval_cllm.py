@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from fastforward.cllm.evaluate import EvalConfig, evaluate_cllm
 from fastforward.models.loading import DTYPES
-from fastforward.training.evaluate import EvalConfig, evaluate
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         data_path=args.data_path,
         device=args.device,
     )
-    result = evaluate(cfg, command=["fastforward", *sys.argv[1:]])
+    result = evaluate_cllm(cfg, command=["fastforward", *sys.argv[1:]])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

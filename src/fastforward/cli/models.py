@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from fastforward.models.loading import converted_dir, is_pulled, log, pull
+from fastforward.log import log
+from fastforward.models.loading import converted_dir, is_pulled, pull
 from fastforward.models.registry import REGISTRY
 
 

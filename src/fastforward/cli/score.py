@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from fastforward.eval.score import score_file
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="score bench outputs (GSM8K accuracy, HumanEval pass@1), in place")
@@ -14,8 +16,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastforward.eval.score import score_file
-
     quality = score_file(args.result, args.timeout)
     lines = ["| method | dataset | correct / n | score | relative to ar |", "|---|---|---|---|---|"]
     for name, q in quality.items():

@@ -4,6 +4,7 @@ recording every iterate, and draw the trajectory (CLLM Figure 2) in the terminal
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from fastforward import trace
@@ -45,8 +46,6 @@ def run(args: argparse.Namespace) -> int:
     rows = trace.trajectory_rows(decoder.last_trajectory, tok.decode)
     text = trace.render_ansi(rows)
     if args.no_color:
-        import re
-
         text = re.sub(r"\033\[[0-9;]*m", "", text)
     print(text)
     ex = result.stats.extras

@@ -1,9 +1,10 @@
 """``fastforward train-chimera``: self-distillation data -> train a Chimera draft -> (``--eval``) evaluate it.
 
-Thin wrapper over :mod:`fastforward.chimera`. Data is cached in ``--data`` (default ``OUT/data``) and reused
-by later runs (ablations share it); ``--resume`` continues from ``OUT/checkpoint``. ``--eval`` reports head
-top-1..5 accuracy on held-out prompts and decodes a few of them with the trained draft (greedy, checked
-token-for-token against AR), writing a JSON report with the resolved configuration.
+Thin wrapper over :mod:`fastforward.chimera` and :mod:`fastforward.bench.chimera_eval`. Data is cached in
+``--data`` (default ``OUT/data``) and reused by later runs (ablations share it); ``--resume`` continues from
+``OUT/checkpoint``. ``--eval`` reports head top-1..5 accuracy on held-out prompts and decodes a few of them
+with the trained draft (greedy, checked token-for-token against AR), writing a JSON report with the resolved
+configuration.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from fastforward.bench.chimera_eval import evaluate_draft
+from fastforward.chimera.checkpoint import load_draft
+from fastforward.chimera.data import DistillConfig, collect_distill_data
+from fastforward.chimera.train import TrainConfig, train
 from fastforward.cli.common import add_model_args
+from fastforward.models.loading import load_model
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,10 +64,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastforward.chimera.data import DistillConfig, collect
-    from fastforward.chimera.train import TrainConfig, load_draft, train
-    from fastforward.models.loading import load_model
-
     target = load_model(args.model, args.dtype, args.device, args.threads)
     out = Path(args.out)
     data = Path(args.data) if args.data else out / "data"
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         gen_batch_size=args.gen_batch_size,
     )
     if not args.eval_only:
-        collect(target, data / "train", dcfg)
+        collect_distill_data(target, data / "train", dcfg)
         if args.collect_only:
             return 0
         tcfg = TrainConfig(
@@ -85,68 +87,18 @@ def run(args: argparse.Namespace) -> int:
         train(tcfg, target.model, resume=args.resume)
     if args.eval or args.eval_only:
         draft = load_draft(out, target.model)
-        report = evaluate(target, draft, data, args)
+        report = evaluate_draft(
+            target,
+            draft,
+            data,
+            eval_prompts=args.eval_prompts,
+            eval_decode=args.eval_decode,
+            max_new_tokens=args.max_new_tokens,
+            gen_batch_size=args.gen_batch_size,
+        )
         report["data"] = asdict(dcfg)
         path = Path(args.report) if args.report else out / "eval.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=1))
         print(json.dumps({k: report[k] for k in ("head_topk", "mean_accepted_tokens", "identical_to_ar")}))
     return 0
-
-
-def evaluate(target, draft, data: Path, args: argparse.Namespace) -> dict:
-    """Head top-k accuracy on held-out records + greedy decoding of a few held-out prompts."""
-    from fastforward.chimera.data import DistillConfig, collect, load_record, records
-    from fastforward.chimera.train import head_topk_accuracy
-    from fastforward.core.decoder import GenerationConfig
-    from fastforward.decoders.ar import ARDecoder
-    from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
-
-    half = args.eval_prompts // 2
-    hcfg = DistillConfig(
-        sharegpt=half,
-        gsm8k=args.eval_prompts - half,
-        max_new_tokens=args.max_new_tokens,
-        heldout=True,
-        gen_batch_size=args.gen_batch_size,
-    )
-    held = collect(target, data / "heldout", hcfg)
-    report = {"target": target.name, "dtype": target.dtype, "draft": draft.cfg.to_dict()}
-    report.update(head_topk_accuracy(draft, held))
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_token_ids=target.eos_token_ids)
-    ar = ARDecoder(target.model)
-    if args.eval_decode <= 0:  # head accuracy only; decoding is measured by `bench` instead
-        report.update(decode=[], mean_accepted_tokens=None, identical_to_ar=None)
-        return report
-    runs = []
-    for tree in ("default", "chain"):
-        dec = ChimeraDecoder(target.model, draft, ChimeraOptions(tree=tree))
-        new = forwards = same = 0
-        head = [0] * draft.cfg.num_heads
-        hits = lookups = 0
-        for path in records(held)[: args.eval_decode]:
-            rec = load_record(path)
-            prompt = rec["ids"][: rec["prompt_len"]].tolist()
-            res = dec.generate(prompt, cfg)
-            same += int(res.tokens == ar.generate(prompt, cfg).tokens)
-            new += res.stats.new_tokens
-            forwards += res.stats.target_forwards
-            head = [a + b for a, b in zip(head, res.stats.extras["head_accepted"], strict=True)]
-            hits += res.stats.extras["trigram_cache_hits"]
-            lookups += res.stats.extras["trigram_cache_lookups"]
-        runs.append(
-            {
-                "tree": tree,
-                "prompts": args.eval_decode,
-                "new_tokens": new,
-                "target_forwards": forwards,
-                "mean_accepted_tokens": round(new / max(1, forwards), 3),
-                "identical_to_ar": same,
-                "head_accepted": head,
-                "trigram_cache_hit_rate": round(hits / max(1, lookups), 3),
-            }
-        )
-    report["decode"] = runs
-    report["mean_accepted_tokens"] = runs[0]["mean_accepted_tokens"]
-    report["identical_to_ar"] = f"{runs[0]['identical_to_ar']}/{args.eval_decode}"
-    return report

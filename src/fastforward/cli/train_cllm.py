@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fastforward.training.augment import CleanConfig
-from fastforward.training.cllm import TrainConfig, train
+from fastforward.cllm.augment import CleanConfig
+from fastforward.cllm.cllm import TrainConfig, train
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,8 +1,11 @@
-"""The one interface every decoding method implements.
+"""The one interface every decoding method implements, and the one step they all share.
 
-A decoder turns prompt ids into new token ids and a :class:`DecodeStats`. All methods share stop handling
-(:func:`apply_stops`) so that EOS and ``max_new_tokens`` end a generation exactly where greedy AR would,
-however many tokens a method commits per step.
+A decoder turns prompt ids into new token ids and a :class:`DecodeStats`. Every method is the same loop:
+*prefill* the prompt (:meth:`Decoder.prefill`, timed), then repeat *propose* (the method's drafter: a draft
+model, n-gram lookup, a Jacobi iterate, a tree of head candidates), *verify* (one target forward, judged by
+:mod:`fastforward.core.acceptance`) and *commit* (:meth:`Run.commit`: stop handling, stats, streaming). Only
+propose and verify differ between methods; prefill and commit are written here once, so EOS and
+``max_new_tokens`` end a generation exactly where greedy AR would, however many tokens a step commits.
 
 Batch > 1 is on the roadmap: ``generate`` takes one prompt today; a batched ``generate_batch`` will take
 per-row lengths and per-row rollback (see :mod:`fastforward.core.cache`) without changing this signature.
@@ -14,9 +17,12 @@ import abc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from transformers import DynamicCache
 
+from fastforward.core.cache import new_cache
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -57,6 +63,18 @@ class GenerationConfig:
         self.sampling.validate()
 
 
+class MissingInput(FastForwardError):
+    """A method cannot be built with what it was given (no draft model, no trained heads).
+
+    ``--methods all`` skips such methods; naming one explicitly still shows this one-line error."""
+
+
+def require_draft(method: str, draft: object | None) -> None:
+    """The one check that a method which verifies a draft model's tokens was given a draft model."""
+    if draft is None:
+        raise MissingInput(f"method '{method}' needs a draft model: pass --draft NAME")
+
+
 @dataclass
 class GenerationResult:
     tokens: list[int]  # new tokens only, EOS included when it ended the generation
@@ -79,11 +97,43 @@ def apply_stops(
     return keep, len(committed) + len(keep) >= config.max_new_tokens
 
 
+@dataclass
+class Run:
+    """The committed state of one generation, advanced only through :meth:`commit`.
+
+    Every decoder's step ends here, so stop handling, the per-forward stats and streaming are the same for
+    every method (and a batched or served decoder will only have to change this one place)."""
+
+    config: GenerationConfig
+    stats: DecodeStats
+    emit: TokenCallback
+    tokens: list[int] = field(default_factory=list)  # new tokens committed so far
+    done: bool = False
+
+    def commit(self, new: Sequence[int]) -> list[int]:
+        """Commit the tokens one target forward produced (cut at EOS / the length cap) and count the forward.
+
+        Returns the tokens kept; ``done`` says whether the generation is over."""
+        keep, self.done = apply_stops(self.tokens, new, self.config)
+        self.tokens += keep
+        self.stats.record_step(len(keep))
+        self.emit(keep)
+        return keep
+
+
 class Decoder(abc.ABC):
-    """Base class: subclasses implement :meth:`_generate`; this wrapper validates, times and counts."""
+    """Base class: subclasses implement :meth:`_generate`; this wrapper validates, times and counts.
+
+    Three facts about a configured decoder live on the instance (class defaults, overridden in ``__init__``
+    when the configuration changes them) and nowhere else; the bench and the CLI read them from here:
+    ``lossless`` (tokens identical to greedy AR, or the same distribution when sampling), ``needs_draft`` (it
+    verifies a separate draft model's tokens) and ``in_all`` (part of ``--methods all``).
+    """
 
     name: str = "decoder"
-    lossless: bool = True  # tokens identical to greedy AR (greedy) or same distribution (sampling)
+    lossless: bool = True
+    needs_draft: bool = False
+    in_all: bool = True
 
     def __init__(self, model: torch.nn.Module, context_length: int | None = None) -> None:
         self.model = model
@@ -109,18 +159,29 @@ class Decoder(abc.ABC):
                 f"model's context length ({self.context_length})"
             )
         stats = DecodeStats(method=self.name, prompt_tokens=ids.shape[1])
+        run = Run(config, stats, on_tokens or (lambda _t: None))
         start = time.perf_counter()
         with torch.inference_mode():
-            tokens = self._generate(ids, config, stats, on_tokens or (lambda _t: None))
+            self._generate(ids, run)
         stats.wall_time_s = time.perf_counter() - start
-        stats.new_tokens = len(tokens)
-        return GenerationResult(tokens=tokens, stats=stats)
+        stats.new_tokens = len(run.tokens)
+        return GenerationResult(tokens=run.tokens, stats=stats)
+
+    def prefill(self, prompt_ids: torch.Tensor, run: Run, **forward: object) -> tuple[DynamicCache, Any]:
+        """The opening every method shares: a fresh KV cache and one timed forward over the prompt.
+
+        Only the last position's logits are computed (the first new token); ``forward`` adds model arguments
+        such as ``output_hidden_states=True``. Counts as a target forward when the caller commits its token."""
+        cache = new_cache(self.model)
+        with Timer(run.stats, "prefill_time_s"):
+            out = self.model(
+                input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **forward
+            )
+        return cache, out
 
     @abc.abstractmethod
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        """Decode after ``prompt_ids`` ([1, T]); call ``emit`` with each batch of committed tokens."""
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        """Decode after ``prompt_ids`` ([1, T]), committing every step's tokens through ``run.commit``."""
 
 
 def _as_id_tensor(prompt_ids: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -6,34 +6,33 @@ Measured here to match or beat ``model.generate()`` (see docs/results.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from fastforward.core.cache import new_cache
-from fastforward.core.decoder import Decoder, GenerationConfig, TokenCallback, apply_stops
+from fastforward.core.decoder import Decoder, Run
+from fastforward.core.options import build_config
 from fastforward.core.sampling import make_generator, select_token
-from fastforward.core.stats import DecodeStats
+
+
+@dataclass(frozen=True)
+class AROptions:
+    """AR takes no options; the empty dataclass makes any ``--opt`` a one-line error."""
 
 
 class ARDecoder(Decoder):
     name = "ar"
-    lossless = True
 
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        gen = make_generator(config.sampling, self.device)
-        cache = new_cache(self.model)
-        out = self.model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        sampling = run.config.sampling
+        gen = make_generator(sampling, self.device)
+        cache, out = self.prefill(prompt_ids, run)
         position = prompt_ids.shape[1]
-        tokens: list[int] = []
         while True:
-            token = int(select_token(out.logits[0, -1], config.sampling, gen))
-            keep, done = apply_stops(tokens, [token], config)
-            tokens += keep
-            stats.record_step(len(keep))
-            emit(keep)
-            if done:
-                return tokens
+            token = int(select_token(out.logits[0, -1], sampling, gen))
+            run.commit([token])
+            if run.done:
+                return
             out = self.model(
                 input_ids=torch.tensor([[token]], device=self.device),
                 position_ids=torch.tensor([[position]], device=self.device),
@@ -44,8 +43,8 @@ class ARDecoder(Decoder):
 
 
 def build(name: str, target, draft, options: dict) -> ARDecoder:
-    if options:
-        from fastforward.errors import FastForwardError
-
-        raise FastForwardError(f"method 'ar' takes no options, got {', '.join(options)}")
+    build_config(AROptions, options, name)
     return ARDecoder(target.model)
+
+
+OPTIONS = AROptions

@@ -17,47 +17,35 @@ from dataclasses import dataclass
 
 import torch
 
+from fastforward.chimera.checkpoint import load_draft
 from fastforward.chimera.model import ChimeraDraft, TrigramLRU
-from fastforward.chimera.tree import (
-    Tree,
-    accept_greedy,
-    accept_typical,
-    chain_tree,
-    default_tree,
-    tree_tokens,
-)
-from fastforward.core.cache import keep_positions, new_cache
-from fastforward.core.decoder import Decoder, GenerationConfig, Timer, TokenCallback, apply_stops
-from fastforward.core.masks import additive_mask, positions, tree_visibility
+from fastforward.chimera.tree import Tree, chain_tree, default_tree, tree_tokens
+from fastforward.core.acceptance import accept_tree, accept_tree_typical
+from fastforward.core.cache import keep_positions
+from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
+from fastforward.core.masks import positions, tree_mask, tree_visibility
+from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
-from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
 
 @dataclass(frozen=True)
 class ChimeraOptions:
-    heads: str = ""
-    tree: str = "default"  # default | chain
-    accept: str = "greedy"  # greedy (lossless) | typical (lossy)
-    eps: float = 0.09
-    alpha: float = 0.3
-    cache: int = 16384
-
-    def validate(self) -> None:
-        if self.tree not in ("default", "chain"):
-            raise FastForwardError(f"chimera: tree must be 'default' or 'chain', got '{self.tree}'")
-        if self.accept not in ("greedy", "typical"):
-            raise FastForwardError(f"chimera: accept must be 'greedy' or 'typical', got '{self.accept}'")
-        if self.cache < 1:
-            raise FastForwardError("chimera: cache must be >= 1")
+    heads: str = ""  # directory saved by train-chimera (required)
+    tree: str = opt("default", choices=("default", "chain"))
+    accept: str = opt("greedy", choices=("greedy", "typical"))  # greedy (lossless) | typical (lossy)
+    eps: float = opt(0.09, min=0.0)
+    alpha: float = opt(0.3, min=0.0)
+    cache: int = opt(16384, min=1)  # trigram LRU capacity
 
 
 class ChimeraDecoder(Decoder):
     name = "chimera"
+    in_all = False  # needs a draft trained for this target (--opt heads=PATH)
 
     def __init__(self, model: torch.nn.Module, draft: ChimeraDraft, options: ChimeraOptions) -> None:
         super().__init__(model)
-        options.validate()
+        check_config(options, self.name)
         impl = getattr(model.config, "_attn_implementation", "sdpa")
         if impl and "flash" in str(impl):
             raise FastForwardError(f"chimera needs 4D tree masks; attention '{impl}' does not take them")
@@ -68,63 +56,53 @@ class ChimeraDecoder(Decoder):
         # the trigram cache outlives one generation (the paper's lookup table); weights never change here
         self.trigram_cache = TrigramLRU(options.cache)
 
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        opts, tree = self.options, self.tree
-        if not config.sampling.greedy and opts.accept == "greedy":
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        opts, tree, stats, sampling = self.options, self.tree, run.stats, run.config.sampling
+        if not sampling.greedy and opts.accept == "greedy":
             raise FastForwardError("chimera: sampling needs accept=typical (greedy acceptance is exact only)")
-        gen = make_generator(config.sampling, self.device)
-        cache = new_cache(self.model)
+        gen = make_generator(sampling, self.device)
         state = self.draft.new_state(self.trigram_cache)
         hits0, lookups0 = state.cache.hits, state.cache.lookups
         visible = tree_visibility(tree.parents)
         head_hits = [0] * self.draft.cfg.num_heads
         accepted_drafts: list[int] = []
 
-        with Timer(stats, "prefill_time_s"):
-            out = self.model(
-                input_ids=prompt_ids, past_key_values=cache, use_cache=True, output_hidden_states=True,
-                logits_to_keep=1,
-            )  # fmt: skip
+        cache, out = self.prefill(prompt_ids, run, output_hidden_states=True)
         prefix = prompt_ids.shape[1]
-        token = int(select_token(out.logits[0, -1], config.sampling, gen))
-        tokens, done = apply_stops([], [token], config)
-        stats.record_step(len(tokens))
-        emit(tokens)
+        token = int(select_token(out.logits[0, -1], sampling, gen))
+        run.commit([token])
         with Timer(stats, "draft_time_s"):
             state.observe(prompt_ids[0].tolist() + [token], out.hidden_states[-1][0])
-        while not done:
+        while not run.done:
             with Timer(stats, "draft_time_s"):
                 top_ids, _ = state.propose(tree.top_k)  # [K, top_k]
             node_tokens = tree_tokens(tree, token, top_ids)
             out = self.model(
                 input_ids=torch.tensor([node_tokens], device=self.device),
                 position_ids=positions(tree.depths, prefix, self.device),
-                attention_mask=additive_mask(visible, prefix, self.model.dtype, self.device),
+                attention_mask=tree_mask(
+                    self.model, visible, tree.depths, prefix, self.model.dtype, self.device
+                ),
                 past_key_values=cache,
                 use_cache=True,
                 output_hidden_states=True,
             )
             logits = out.logits[0]  # [N + 1, V]
             if opts.accept == "greedy":
-                path = accept_greedy(node_tokens, tree.parents, logits.argmax(-1).tolist())
+                path = accept_tree(node_tokens, tree.parents, logits.argmax(-1).tolist())
             else:
-                temp = config.sampling.temperature if config.sampling.temperature > 0 else 1.0
+                temp = sampling.temperature if sampling.temperature > 0 else 1.0
                 probs = torch.softmax(logits.float() / temp, -1)
-                path = accept_typical(node_tokens, tree.parents, probs, opts.eps, opts.alpha)
-            token = int(select_token(logits[path[-1]], config.sampling, gen))
+                path = accept_tree_typical(node_tokens, tree.parents, probs, opts.eps, opts.alpha)
+            token = int(select_token(logits[path[-1]], sampling, gen))
             new = [node_tokens[i] for i in path[1:]] + [token]
             keep_positions(cache, prefix, path)
             prefix += len(path)
-            keep, done = apply_stops(tokens, new, config)
-            tokens += keep
-            stats.record_step(len(keep))
-            emit(keep)
+            run.commit(new)
             accepted_drafts.append(len(path) - 1)
             for d in range(len(path) - 1):
                 head_hits[d] += 1
-            if not done:
+            if not run.done:
                 with Timer(stats, "draft_time_s"):
                     state.observe(new, out.hidden_states[-1][0, path])
 
@@ -142,23 +120,15 @@ class ChimeraDecoder(Decoder):
                 "head_accepted": head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
             }
         )
-        return tokens
 
 
 def build(name: str, target, draft, options: dict) -> ChimeraDecoder:
-    from fastforward.chimera.train import load_draft
-
-    known = set(ChimeraOptions.__dataclass_fields__)
-    unknown = set(options) - known
-    if unknown:
-        raise FastForwardError(
-            f"chimera: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}"
-        )
-    opts = ChimeraOptions(
-        **{k: (str(v) if k in ("heads", "tree", "accept") else v) for k, v in options.items()}
-    )
+    opts = build_config(ChimeraOptions, options, name)
     if not opts.heads:
-        raise FastForwardError(
+        raise MissingInput(
             "chimera needs a trained draft: --opt heads=PATH (see `fastforward train-chimera`)"
         )
     return ChimeraDecoder(target.model, load_draft(opts.heads, target.model), opts)
+
+
+OPTIONS = ChimeraOptions

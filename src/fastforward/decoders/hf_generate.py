@@ -5,26 +5,31 @@ It is not our method; it is here so that every benchmark shows how our AR baseli
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from fastforward.core.decoder import Decoder, GenerationConfig, TokenCallback, apply_stops
-from fastforward.core.stats import DecodeStats
+from fastforward.core.decoder import Decoder, Run, apply_stops, require_draft
+from fastforward.core.options import build_config
+from fastforward.decoders.speculative_checks import check_same_tokenizer
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    """generate() is run with our generation settings only; any ``--opt`` is a one-line error."""
 
 
 class HFGenerateDecoder(Decoder):
     name = "hf_generate"
-    lossless = True
 
-    def __init__(self, model: torch.nn.Module, assistant: torch.nn.Module | None = None, **kw) -> None:
-        super().__init__(model, **kw)
+    def __init__(self, model: torch.nn.Module, assistant: torch.nn.Module | None = None) -> None:
+        super().__init__(model)
         self.assistant = assistant
         if assistant is not None:
-            self.name = "hf_assisted"
+            self.name, self.needs_draft = "hf_assisted", True
 
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        s = config.sampling
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        config, s = run.config, run.config.sampling
         kwargs: dict = {"do_sample": not s.greedy}
         if not s.greedy:
             kwargs.update(temperature=s.temperature, top_k=s.top_k or None, top_p=s.top_p)
@@ -42,21 +47,25 @@ class HFGenerateDecoder(Decoder):
             **kwargs,
         )
         tokens, _ = apply_stops([], out[0, prompt_ids.shape[1] :].tolist(), config)
-        # generate() reports no per-step counts; without assistance it is one forward per token.
-        if self.assistant is None:
-            for _ in tokens:
-                stats.record_step(1)
+        if (
+            self.assistant is None
+        ):  # generate() reports no per-step counts; unassisted it is one forward a token
+            for t in tokens:
+                run.commit([t])
         else:
-            stats.target_forwards = 0  # unknown: generate() does not expose it
-            stats.extras["target_forwards_unknown"] = True
-        emit(tokens)
-        return tokens
+            run.commit(tokens)
+            run.stats.target_forwards = 0  # unknown: generate() does not expose it
+            run.stats.accepted_per_step.clear()
+            run.stats.extras["target_forwards_unknown"] = True
 
 
 def build(name: str, target, draft, options: dict) -> HFGenerateDecoder:
+    build_config(HFOptions, options, name)
     if name == "hf_assisted":
-        from fastforward.decoders.speculative_checks import check_same_tokenizer
-
+        require_draft(name, draft)
         check_same_tokenizer(target, draft)
         return HFGenerateDecoder(target.model, assistant=draft.model)
     return HFGenerateDecoder(target.model)
+
+
+OPTIONS = HFOptions

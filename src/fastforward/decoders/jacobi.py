@@ -25,24 +25,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fastforward.core.cache import new_cache, rollback
-from fastforward.core.decoder import Decoder, GenerationConfig, TokenCallback, apply_stops
+from fastforward.core.acceptance import common_prefix
+from fastforward.core.cache import rollback, text_config
+from fastforward.core.decoder import Decoder, Run
+from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
 INITS = ("random", "repeat", "pad")
 
 # --------------------------------------------------------------------------- pure functions
-
-
-def matching_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Number of leading positions where ``a`` and ``b`` agree."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def converged_prefix(prev: Sequence[int], new: Sequence[int]) -> int:
@@ -53,7 +45,25 @@ def converged_prefix(prev: Sequence[int], new: Sequence[int]) -> int:
     """
     if not new:
         return 0
-    return min(len(new), matching_prefix(prev, new) + 1)
+    return min(len(new), common_prefix(prev, new) + 1)
+
+
+def next_iterate(first: int, outputs: Sequence[int], n: int) -> list[int]:
+    """The iterate one forward over a state computes (CLLM eq. 3): the target's token after the committed
+    prefix (``first``), then its argmax after each of the state's first n - 1 tokens (``outputs``)."""
+    return [int(first)] + [int(t) for t in outputs[: n - 1]]
+
+
+def converged_length(prev: Sequence[int], new: Sequence[int], m: int, eos: Sequence[int]) -> int:
+    """Length of the fixed point when a state ``prev`` has converged (its next iterate ``new`` agrees with it
+    on the m tokens that matter, or on a prefix ending with an EOS token), else 0. The trajectory collector's
+    stopping rule: it iterates whole blocks instead of committing converged prefixes as they appear."""
+    for i in range(m):
+        if prev[i] != new[i]:
+            return 0
+        if new[i] in eos:
+            return i + 1
+    return m
 
 
 def _fixed_point_span(iterates: Sequence[Sequence[int]], fixed_point: Sequence[int]) -> int:
@@ -73,7 +83,7 @@ def fast_forward_counts(iterates: Sequence[Sequence[int]], fixed_point: Sequence
     correct prefix.
     """
     end = _fixed_point_span(iterates, fixed_point)
-    lengths = [matching_prefix(it, fixed_point) for it in iterates[: end + 1]]
+    lengths = [common_prefix(it, fixed_point) for it in iterates[: end + 1]]
     return [b - a for a, b in zip(lengths, lengths[1:], strict=False)]
 
 
@@ -82,7 +92,7 @@ def stationary_positions(iterates: Sequence[Sequence[int]], fixed_point: Sequenc
     unchanged from then on, while an earlier position was still wrong (CLLM's stationary tokens)."""
     end = _fixed_point_span(iterates, fixed_point)
     its = [list(it) for it in iterates[: end + 1]]
-    lengths = [matching_prefix(it, fixed_point) for it in its]
+    lengths = [common_prefix(it, fixed_point) for it in its]
     out: list[int] = []
     for i, want in enumerate(fixed_point):
         settle = None  # first iteration >= 1 from which position i stays right
@@ -115,16 +125,10 @@ def initial_guess(init: str, n: int, history: Sequence[int], rng: random.Random,
 
 @dataclass(frozen=True)
 class JacobiConfig:
-    block_size: int = 16  # n: positions solved in parallel
-    init: str = "random"  # iterate 0: random (from prompt + generated, seeded) | repeat | pad
+    block_size: int = opt(16, min=1)  # n: positions solved in parallel
+    init: str = opt("random", choices=INITS)  # iterate 0: random (prompt + generated, seeded) | repeat | pad
     seed: int = 0  # seed of the random initialisation; every generate() call restarts from it
     record: bool = False  # keep every iterate of every block in decoder.last_trajectory
-
-    def validate(self) -> None:
-        if not isinstance(self.block_size, int) or self.block_size < 1:
-            raise FastForwardError(f"jacobi: block_size must be an integer >= 1, got {self.block_size!r}")
-        if self.init not in INITS:
-            raise FastForwardError(f"jacobi: init must be one of {', '.join(INITS)}, got '{self.init}'")
 
 
 @dataclass
@@ -141,34 +145,29 @@ class JacobiDecoder(Decoder):
 
     def __init__(self, model: torch.nn.Module, config: JacobiConfig | None = None) -> None:
         super().__init__(model)
-        self.config = config or JacobiConfig()
-        self.config.validate()
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.config = check_config(config or JacobiConfig(), self.name)
+        cfg = text_config(model)
         pad = getattr(cfg, "pad_token_id", None)
         eos = getattr(cfg, "eos_token_id", None)
         eos = eos[0] if isinstance(eos, list) else eos
         self.pad_id = int(pad if pad is not None else eos if eos is not None else 0)
         self.last_trajectory: list[BlockTrajectory] = []
 
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        if not config.sampling.greedy:
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        if not run.config.sampling.greedy:
             raise FastForwardError("jacobi supports greedy decoding only (temperature 0)")
         rng = random.Random(self.config.seed)
         history = prompt_ids[0].tolist()
-        cache = new_cache(self.model)
-        out = self.model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        tokens, done = apply_stops([], [int(out.logits[0, -1].argmax())], config)
-        stats.record_step(len(tokens))
-        emit(tokens)
+        cache, out = self.prefill(prompt_ids, run)
+        run.commit([int(out.logits[0, -1].argmax())])
+        tokens = run.tokens
         anchor_pos = prompt_ids.shape[1]  # position of tokens[-1]; the cache holds everything before it
         blocks: list[BlockTrajectory] = []
-        while not done:
-            n = min(self.config.block_size, config.max_new_tokens - len(tokens))
+        while not run.done:
+            n = min(self.config.block_size, run.config.max_new_tokens - len(tokens))
             guess = initial_guess(self.config.init, n, history + tokens, rng, self.pad_id)
             block = BlockTrajectory(start=len(tokens), iterates=[list(guess)], fixed_point=[])
-            while len(block.fixed_point) < n and not done:
+            while len(block.fixed_point) < n and not run.done:
                 m = len(guess)  # unconverged positions
                 feed = torch.tensor([[tokens[-1], *guess[: m - 1]]], device=self.device)
                 pos = torch.arange(anchor_pos, anchor_pos + m, device=self.device)[None]
@@ -176,19 +175,15 @@ class JacobiDecoder(Decoder):
                 new = out.logits[0].argmax(-1).tolist()  # [m]
                 block.iterates.append(block.fixed_point + new)
                 c = converged_prefix(guess, new)
-                keep, done = apply_stops(tokens, new[:c], config)
-                tokens += keep
+                keep = run.commit(new[:c])
                 block.fixed_point += keep
                 block.committed.append(len(keep))
-                stats.record_step(len(keep))
-                emit(keep)
                 rollback(cache, anchor_pos + c)  # keep the anchor and the c - 1 right guesses
                 anchor_pos += c
                 guess = new[c:]
             blocks.append(block)
-        _record_blocks(stats, blocks)
+        _record_blocks(run.stats, blocks)
         self.last_trajectory = blocks if self.config.record else []
-        return tokens
 
 
 def block_measures(block: BlockTrajectory) -> tuple[list[int], list[int]]:
@@ -217,10 +212,7 @@ def _record_blocks(stats: DecodeStats, blocks: list[BlockTrajectory]) -> None:
 
 
 def build(name: str, target, draft, options: dict) -> JacobiDecoder:
-    known = set(JacobiConfig.__dataclass_fields__)
-    unknown = set(options) - known
-    if unknown:
-        raise FastForwardError(
-            f"jacobi: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
-        )
-    return JacobiDecoder(target.model, JacobiConfig(**options))
+    return JacobiDecoder(target.model, build_config(JacobiConfig, options, name))
+
+
+OPTIONS = JacobiConfig

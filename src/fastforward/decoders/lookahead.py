@@ -24,27 +24,25 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.cache import keep_positions, new_cache
-from fastforward.core.decoder import Decoder, GenerationConfig, TokenCallback, apply_stops
-from fastforward.core.masks import additive_mask, tree_depths, tree_visibility
-from fastforward.core.stats import DecodeStats
+from fastforward.core.acceptance import accept_tree, chain_parents
+from fastforward.core.cache import keep_positions
+from fastforward.core.decoder import Decoder, Run
+from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
+from fastforward.core.options import build_config, check_config, opt
 from fastforward.errors import FastForwardError
 
 
 @dataclass(frozen=True)
 class LookaheadConfig:
-    window: int = 4  # W: columns of the Jacobi window
-    ngram: int = 4  # N: n-gram size (window keeps N-1 rows; candidates have N-1 tokens)
-    candidates: int = 4  # G: most pooled n-grams verified per step (also kept per first token)
-    pool_size: int = 4096  # most distinct first tokens in the pool (LRU eviction)
+    window: int = opt(4, min=1)  # W: columns of the Jacobi window
+    ngram: int = opt(4, min=2)  # N: n-gram size (window keeps N-1 rows; candidates have N-1 tokens)
+    candidates: int = opt(4, min=1)  # G: most pooled n-grams verified per step (also kept per first token)
+    pool_size: int = opt(4096, min=1)  # most distinct first tokens in the pool (LRU eviction)
     prompt_ngrams: bool = True  # seed the pool with the prompt's n-grams
     seed: int = 0  # seed of the window's random initialisation from the prompt
 
-    def validate(self) -> None:
-        for key, low in (("window", 1), ("ngram", 2), ("candidates", 1), ("pool_size", 1)):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise FastForwardError(f"lookahead: {key} must be an integer >= {low}, got {v!r}")
+
+ALIASES = {"W": "window", "N": "ngram", "G": "candidates"}
 
 
 class NGramPool:
@@ -78,26 +76,6 @@ class NGramPool:
         return list(reversed(bucket))[:k]
 
 
-def verify_greedy(
-    candidates: Sequence[Sequence[int]], anchor_next: int, outputs: Sequence[Sequence[int]]
-) -> tuple[int, int, int]:
-    """Pick the candidate whose longest prefix matches the target's own argmax chain.
-
-    ``anchor_next`` is the argmax after the anchor; ``outputs[g][k]`` the argmax after candidate g's token k.
-    Returns (best candidate or -1, accepted tokens of it, bonus token that follows them).
-    """
-    best, best_len, bonus = -1, 0, anchor_next
-    for g, cand in enumerate(candidates):
-        expect, n = anchor_next, 0
-        for k, tok in enumerate(cand):
-            if tok != expect:
-                break
-            n, expect = n + 1, outputs[g][k]
-        if n > best_len:
-            best, best_len, bonus = g, n, expect
-    return best, best_len, bonus
-
-
 def step_layout(rows: int, width: int, cands: int, cand_len: int) -> list[int]:
     """Parents of the tokens of one step: anchor, lookahead rows (row-major), then candidate chains."""
     parents = [-1]
@@ -126,8 +104,7 @@ class LookaheadDecoder(Decoder):
 
     def __init__(self, model: torch.nn.Module, config: LookaheadConfig | None = None) -> None:
         super().__init__(model)
-        self.config = config or LookaheadConfig()
-        self.config.validate()
+        self.config = check_config(config or LookaheadConfig(), self.name)
         self._layouts: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
 
     def _layout(self, rows: int, cands: int) -> tuple[torch.Tensor, list[int]]:
@@ -138,10 +115,8 @@ class LookaheadDecoder(Decoder):
             self._layouts[key] = (tree_visibility(parents), tree_depths(parents))
         return self._layouts[key]
 
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        if not config.sampling.greedy:
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        if not run.config.sampling.greedy:
             raise FastForwardError("lookahead supports greedy decoding only (temperature 0)")
         c, dev = self.config, self.device
         dtype = next(self.model.parameters()).dtype
@@ -152,31 +127,30 @@ class LookaheadDecoder(Decoder):
                 pool.add(prompt[i : i + c.ngram])
         rows = [random.Random(c.seed).choices(prompt, k=c.window)]
 
-        cache = new_cache(self.model)
-        out = self.model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        tokens, done = apply_stops([], [int(out.logits[0, -1].argmax())], config)
-        stats.record_step(len(tokens))
-        emit(tokens)
+        cache, out = self.prefill(prompt_ids, run)
+        run.commit([int(out.logits[0, -1].argmax())])
+        tokens = run.tokens
         anchor_pos = len(prompt)
         ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
         hist: list[int] = []
-        while not done:
+        while not run.done:
             cands = pool.candidates(tokens[-1], c.candidates)
             vis, depths = self._layout(len(rows), len(cands))
             flat = [tokens[-1]] + [t for row in rows for t in row] + [t for cand in cands for t in cand]
             out = self.model(
                 input_ids=torch.tensor([flat], device=dev),
                 position_ids=torch.tensor([depths], device=dev) + anchor_pos,
-                attention_mask=additive_mask(vis, anchor_pos, dtype, dev),
+                attention_mask=tree_mask(self.model, vis, depths, anchor_pos, dtype, dev),
                 past_key_values=cache,
                 use_cache=True,
             )
             nxt = out.logits[0].argmax(-1).tolist()  # [k]
-            base = 1 + len(rows) * c.window
-            cand_out = [
-                nxt[base + g * (c.ngram - 1) : base + (g + 1) * (c.ngram - 1)] for g in range(len(cands))
-            ]
-            best, accepted, bonus = verify_greedy(cands, nxt[0], cand_out)
+            base = 1 + len(rows) * c.window  # flat index of the first candidate token
+            # the candidates as a tree of chains from the anchor: node j >= 1 is flat token base + j - 1
+            path = accept_tree(
+                [tokens[-1], *flat[base:]], chain_parents([len(x) for x in cands]), nxt[:1] + nxt[base:]
+            )
+            accepted = [base + j - 1 for j in path[1:]]
 
             last_out = nxt[base - c.window : base]  # outputs of the window's last row
             if len(rows) == c.ngram - 1:
@@ -186,33 +160,22 @@ class LookaheadDecoder(Decoder):
             else:
                 rows.append(last_out)
 
-            new = (list(cands[best][:accepted]) if best >= 0 else []) + [bonus]
-            keep, done = apply_stops(tokens, new, config)
-            tokens += keep
-            stats.record_step(len(keep))
-            emit(keep)
-            start = base + best * (c.ngram - 1)
-            keep_positions(cache, anchor_pos, [0] + [start + k for k in range(accepted)])
-            anchor_pos += 1 + accepted
+            keep = run.commit([flat[i] for i in accepted] + [nxt[accepted[-1] if accepted else 0]])
+            keep_positions(cache, anchor_pos, [0, *accepted])
+            anchor_pos += 1 + len(accepted)
 
             ex["steps"] += 1
             ex["pool_hits"] += int(bool(cands))
-            ex["accepted_from_pool"] += accepted
+            ex["accepted_from_pool"] += len(accepted)
             ex["candidates_verified"] += len(cands)
             ex["forward_tokens"] += len(flat)
             hist.extend([0] * (len(keep) + 1 - len(hist)))
             hist[len(keep)] += 1
-        stats.extras.update(ex, accepted_hist=hist)  # accepted_hist[k]: steps that committed k tokens
-        return tokens
+        run.stats.extras.update(ex, accepted_hist=hist)  # accepted_hist[k]: steps that committed k tokens
 
 
 def build(name: str, target, draft, options: dict) -> LookaheadDecoder:
-    known = set(LookaheadConfig.__dataclass_fields__)
-    aliases = {"W": "window", "N": "ngram", "G": "candidates"}
-    opts = {aliases.get(k, k): v for k, v in options.items()}
-    unknown = set(opts) - known
-    if unknown:
-        raise FastForwardError(
-            f"lookahead: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
-        )
-    return LookaheadDecoder(target.model, LookaheadConfig(**opts))
+    return LookaheadDecoder(target.model, build_config(LookaheadConfig, options, name, ALIASES))
+
+
+OPTIONS = LookaheadConfig

@@ -1,18 +1,27 @@
 """Method names used by ``bench`` and ``generate`` -> the module that builds the decoder.
 
-Each module exposes ``build(target, draft, options) -> Decoder``. Modules are imported lazily, so a method
-whose module (or optional dependency) is absent is simply unavailable rather than breaking the CLI.
+Each module exposes ``build(name, target, draft, options) -> Decoder`` and ``OPTIONS`` (its options dataclass,
+plus ``ALIASES`` where short names exist). What a built decoder *is* (lossless, needs a draft, part of
+``all``) is asked of the decoder instance, never stored here: a configuration can change it (Chimera with
+``accept=typical`` is lossy). Modules are imported lazily, so a method whose module (or optional dependency)
+is absent is simply unavailable rather than breaking the CLI.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from fastforward.core.decoder import Decoder
+from fastforward.core.decoder import Decoder, MissingInput
+from fastforward.core.options import parse_options
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
+
+__all__ = ["METHODS", "base_method", "build_decoder", "build_decoders", "options_for", "parse_options"]
+
+BASELINE = "ar"
 
 
 @dataclass(frozen=True)
@@ -20,8 +29,6 @@ class MethodSpec:
     name: str
     module: str  # fastforward.decoders.<module>
     summary: str
-    needs_draft: bool = False
-    lossless: bool = True  # lossy methods are opt-in: never part of "all" unless asked for by name
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -29,39 +36,15 @@ METHODS: dict[str, MethodSpec] = {
     for m in [
         MethodSpec("ar", "ar", "autoregressive baseline (greedy or sampling)"),
         MethodSpec("hf_generate", "hf_generate", "transformers generate(), the peer baseline"),
-        MethodSpec(
-            "hf_assisted", "hf_generate", "transformers assisted generation with --draft", needs_draft=True
-        ),
+        MethodSpec("hf_assisted", "hf_generate", "transformers assisted generation with --draft"),
         MethodSpec("jacobi", "jacobi", "Jacobi decoding with KV cache (CLLM inference)"),
         MethodSpec("lookahead", "lookahead", "lookahead decoding: Jacobi window + n-gram pool verification"),
-        MethodSpec(
-            "sd",
-            "speculative",
-            "speculative decoding, draft model, exact greedy verification",
-            needs_draft=True,
-        ),
-        MethodSpec(
-            "sd-sample",
-            "speculative",
-            "speculative decoding with lossless rejection sampling",
-            needs_draft=True,
-        ),
+        MethodSpec("sd", "speculative", "speculative decoding, draft model, exact greedy verification"),
+        MethodSpec("sd-sample", "speculative", "speculative decoding with lossless rejection sampling"),
         MethodSpec("pld", "speculative", "prompt lookup (n-gram) drafting, exact greedy verification"),
         MethodSpec("layerskip", "speculative", "self-speculative: the target's first k layers draft"),
-        MethodSpec(
-            "typical",
-            "speculative",
-            "draft model + typical acceptance (LOSSY)",
-            needs_draft=True,
-            lossless=False,
-        ),
-        MethodSpec(
-            "consultant",
-            "speculative",
-            "Consultant Decoding, EMA-NLL acceptance (LOSSY)",
-            needs_draft=True,
-            lossless=False,
-        ),
+        MethodSpec("typical", "speculative", "draft model + typical acceptance (LOSSY)"),
+        MethodSpec("consultant", "speculative", "Consultant Decoding, EMA-NLL acceptance (LOSSY)"),
         MethodSpec("chimera", "chimera", "Chimera draft heads + tree verification (needs --opt heads=PATH)"),
     ]
 }
@@ -85,20 +68,20 @@ def base_method(label: str) -> str:
     return label.split(":", 1)[0]
 
 
-def resolve_methods(text: str, have_draft: bool) -> list[str]:
-    """Parse ``--methods a,b,c:tag`` or ``all`` (every available lossless method that can run with these models).
+def option_names(name: str) -> set[str]:
+    """The option keys method ``name`` accepts (field names and aliases of its options dataclass)."""
+    mod = _module(METHODS[name])
+    return {f.name for f in dataclasses.fields(mod.OPTIONS)} | set(getattr(mod, "ALIASES", {}))
 
-    Returns labels (a method name, or ``name:tag`` for a second configuration of the same method)."""
+
+def resolve_methods(text: str) -> list[str]:
+    """Parse ``--methods a,b,c:tag`` (checked: known, available, no repeats) or ``all`` (every available
+    method; :func:`build_decoders` keeps those whose decoder says it belongs in ``all``)."""
     if text == "all":
-        return [
-            n
-            for n, s in METHODS.items()
-            if s.lossless
-            and available(s)
-            and (have_draft or not s.needs_draft)
-            and n not in ("chimera", "sd-sample")
-        ]
+        return [n for n, s in METHODS.items() if available(s)]
     labels = [n.strip() for n in text.split(",") if n.strip()]
+    if not labels:
+        raise FastForwardError("--methods is empty")
     if len(set(labels)) != len(labels):
         raise FastForwardError(f"--methods lists a method twice: {text} (tag the second one, e.g. chimera:b)")
     for label in labels:
@@ -107,8 +90,6 @@ def resolve_methods(text: str, have_draft: bool) -> list[str]:
             raise FastForwardError(f"unknown method '{n}'; known: {', '.join(METHODS)}")
         if not available(METHODS[n]):
             raise FastForwardError(f"method '{n}' is not available in this build")
-        if METHODS[n].needs_draft and not have_draft:
-            raise FastForwardError(f"method '{n}' needs a draft model: pass --draft NAME")
     return labels
 
 
@@ -118,41 +99,50 @@ def build_decoder(
     spec = METHODS.get(base_method(name))
     if spec is None:
         raise FastForwardError(f"unknown method '{name}'; known: {', '.join(METHODS)}")
-    if spec.needs_draft and draft is None:
-        raise FastForwardError(f"method '{name}' needs a draft model: pass --draft NAME")
     return _module(spec).build(spec.name, target, draft, dict(options or {}))
 
 
-def parse_options(pairs: list[str] | None) -> dict[str, Any]:
-    """``["block_size=16", "eps=2.0", "init=random"]`` -> typed dict."""
-    out: dict[str, Any] = {}
-    for p in pairs or []:
-        if "=" not in p:
-            raise FastForwardError(f"--opt expects key=value, got '{p}'")
-        k, v = p.split("=", 1)
-        val: Any = v
-        for cast in (int, float):
-            try:
-                val = cast(v)
-                break
-            except ValueError:
+def build_decoders(
+    text: str, target: LoadedModel, draft: LoadedModel | None, options: dict[str, Any]
+) -> dict[str, Decoder]:
+    """The decoders of one bench run, the AR baseline first.
+
+    ``all`` builds every method and keeps the lossless ones whose decoder is in ``all``; a method that cannot
+    be built with these inputs (no draft model, no trained heads) is skipped there and an error when named."""
+    labels = resolve_methods(text)
+    if BASELINE not in labels:
+        labels.insert(0, BASELINE)
+    out: dict[str, Decoder] = {}
+    for label in labels:
+        try:
+            dec = build_decoder(label, target, draft, options_for(label, options, labels))
+        except MissingInput:
+            if text == "all":
                 continue
-        if v.lower() in ("true", "false"):
-            val = v.lower() == "true"
-        out[k.strip()] = val
+            raise
+        if text != "all" or label == BASELINE or (dec.in_all and dec.lossless):
+            out[label] = dec
     return out
 
 
 def options_for(label: str, options: dict[str, Any], labels: list[str]) -> dict[str, Any]:
-    """The options of one bench entry: the unscoped ``key=value`` ones, overridden by ``label.key=value``.
+    """The options of one bench entry: the unscoped ``key=value`` ones that its method accepts, overridden
+    by ``label.key=value`` (passed on whole, so the method rejects a misspelt one).
 
-    A scoped option whose label is not among ``labels`` is an error (a typo would silently change nothing)."""
+    An unscoped key that no method of the run accepts, or a scope that is not among ``labels``, is an error
+    (a typo would otherwise silently change nothing)."""
     for key in options:
-        if "." in key and key.split(".", 1)[0] not in labels:
+        if "." in key:
+            if key.split(".", 1)[0] not in labels:
+                raise FastForwardError(
+                    f"--opt {key}: '{key.split('.', 1)[0]}' is not in --methods ({', '.join(labels)})"
+                )
+        elif not any(key in option_names(base_method(lb)) for lb in labels):
             raise FastForwardError(
-                f"--opt {key}: '{key.split('.', 1)[0]}' is not in --methods ({', '.join(labels)})"
+                f"--opt {key}: no method in --methods ({', '.join(labels)}) has this option"
             )
-    out = {k: v for k, v in options.items() if "." not in k}
+    known = option_names(base_method(label))
+    out = {k: v for k, v in options.items() if "." not in k and k in known}
     out.update(
         {k.split(".", 1)[1]: v for k, v in options.items() if k.split(".", 1)[0] == label and "." in k}
     )

@@ -24,7 +24,9 @@ from fastforward.core.batched import batched_greedy
 from fastforward.data import load_dataset, render_prompt
 from fastforward.data.gsm8k import is_correct
 from fastforward.errors import FastForwardError
-from fastforward.training.augment import CleanConfig, is_repetitive
+from fastforward.eval.repetition import is_repetitive
+from fastforward.hardware import describe
+from fastforward.models.loading import load_model
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,8 @@ def summarize(
     """Accuracy (with its standard error), repetition rate, mean length, the share of answers cut at the cap,
     and the per-prompt marks behind them (``correct_per_prompt``: None where there is no gold answer)."""
     n = len(outputs)
-    clean = CleanConfig()
     correct = [is_correct(t, g) if g is not None else None for t, g in zip(texts, golds, strict=True)]
-    repetitive = [is_repetitive(o, clean) for o in outputs]
+    repetitive = [is_repetitive(o) for o in outputs]
     scored = [c for c in correct if c is not None]
     acc = sum(scored) / len(scored) if scored else None
     stderr = math.sqrt(acc * (1 - acc) / len(scored)) if scored and acc is not None else None
@@ -101,9 +102,6 @@ def answer_quality(
 
 def evaluate_quality(cfg: QualityConfig, log=None, command: list[str] | None = None) -> dict[str, Any]:
     """Greedy answers of each model on the same prompts -> per-model summary, per-sample marks, paired deltas."""
-    from fastforward.bench.hardware import describe
-    from fastforward.models.loading import load_model
-
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     if not cfg.models:
         raise FastForwardError("give at least one --model")

@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fastforward.data import gsm8k, humaneval
 from fastforward.errors import FastForwardError
+from fastforward.eval.humaneval import check_completion
 
 BASELINE = "ar"
 
@@ -20,12 +22,8 @@ BASELINE = "ar"
 def _references(ids: set[str]) -> dict[str, dict]:
     refs: dict[str, dict] = {}
     if any(i.startswith("gsm8k-") for i in ids):
-        from fastforward.data import gsm8k
-
         refs.update({s.id: {"gold": s.answer} for s in gsm8k.load("all") if s.id in ids})
     if any(i.startswith("HumanEval/") for i in ids):
-        from fastforward.data import humaneval
-
         refs.update({s.id: dict(s.meta) for s in humaneval.load() if s.id in ids})
     return refs
 
@@ -33,12 +31,8 @@ def _references(ids: set[str]) -> dict[str, dict]:
 def score_sample(sample_id: str, text: str, ref: dict, timeout_s: float) -> tuple[str, bool] | None:
     """(dataset, correct) for one output, or None when the dataset has no automatic score."""
     if sample_id.startswith("gsm8k-"):
-        from fastforward.data.gsm8k import is_correct
-
-        return "gsm8k", is_correct(text, ref["gold"])
+        return "gsm8k", gsm8k.is_correct(text, ref["gold"])
     if sample_id.startswith("HumanEval/"):
-        from fastforward.eval.humaneval import check_completion
-
         return "humaneval", check_completion(ref, text, timeout_s).passed
     return None
 

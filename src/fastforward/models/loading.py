@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from fastforward.errors import FastForwardError
+from fastforward.log import log
 from fastforward.models.registry import REGISTRY, ModelSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -47,10 +48,6 @@ class LoadedModel:
         if tok_eos is not None and tok_eos not in ids:
             ids.append(int(tok_eos))
         return tuple(ids)
-
-
-def log(msg: str) -> None:
-    print(f"[fastforward] {msg}", file=sys.stderr, flush=True)
 
 
 def cache_root() -> Path:
@@ -154,6 +151,7 @@ def pull(name: str) -> Path:
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF to float32 safetensors plus tokenizer and chat template."""
+    # here, not at the top: the Auto classes add ~0.6 s (python -X importtime) to every CLI start-up
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     log(f"converting {gguf.name} to safetensors (once; this takes up to a minute)")
@@ -210,6 +208,7 @@ def load_model(
     ref: str, dtype: str = "float32", device: str = "cpu", threads: int | None = None
 ) -> LoadedModel:
     """Load a model for inference. ``ref``: registry name, HF directory or .gguf file."""
+    # here, not at the top: the Auto classes add ~0.6 s (python -X importtime) to every CLI start-up
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:

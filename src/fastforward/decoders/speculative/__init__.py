@@ -11,84 +11,78 @@
 | typical | draft model | typical acceptance (LOSSY) |
 | consultant | draft model | Consultant Decoding EMA-NLL rule (LOSSY) |
 
-Options (``--opt key=value``; the bench hands the same options to every method, so each method accepts all
-of these and uses its own): gamma (5), adaptive (false), gamma_max (12), ngram_max (3), ngram_min (1),
-layers (half the target's layers), draft_stop (0: off; else a
-draft model stops its chain after a token it gives probability < draft_stop), eps (consultant 2.0, typical 0.09), beta (0.2), alpha (0.3).
+Options (``--opt key=value``, :class:`SpecOptions`): every speculative method accepts the whole set, so
+one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses its own.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from fastforward.core.decoder import require_draft
+from fastforward.core.options import build_config, opt
 from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter, shallow_view
-from fastforward.decoders.speculative.engine import (
-    SpecConfig,
-    SpeculativeDecoder,
-    consultant_verifier,
-    exact_verifier,
-    typical_verifier,
+from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
+from fastforward.decoders.speculative.verifiers import (
+    ConsultantVerifier,
+    ExactVerifier,
+    TypicalVerifier,
+    Verifier,
 )
+from fastforward.decoders.speculative_checks import check_same_tokenizer
 from fastforward.errors import FastForwardError
 
-OPTIONS = (
-    "draft_stop",
-    "gamma",
-    "adaptive",
-    "gamma_max",
-    "ngram_max",
-    "ngram_min",
-    "layers",
-    "eps",
-    "beta",
-    "alpha",
-)
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
 
 
+@dataclass(frozen=True)
+class SpecOptions:
+    gamma: int = opt(5, min=1)  # draft tokens per step
+    adaptive: bool = False  # +1 after a full acceptance, -1 after a rejection
+    gamma_max: int | None = opt(None, min=1)  # adaptive upper bound (default max(12, gamma))
+    ngram_max: int = opt(3, min=1)  # pld: longest suffix n-gram looked up
+    ngram_min: int = opt(1, min=1)  # pld: shortest
+    layers: int | None = opt(None, min=1)  # layerskip: draft layers (default half the target's)
+    draft_stop: float = opt(0.0, min=0.0, max=1.0)  # stop a draft chain after a token with p < draft_stop
+    eps: float | None = None  # consultant EMA-NLL bound (2.0) / typical threshold cap (0.09)
+    beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
+    alpha: float = opt(0.3, min=0.0)  # typical entropy factor
+
+    def validate(self) -> None:
+        if self.ngram_min > self.ngram_max:
+            raise FastForwardError(f"need ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
+
+
 def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise FastForwardError(
-            f"method '{name}': unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}"
-        )
-    gamma = _int(options, "gamma", 5)
+    o = build_config(SpecOptions, options, name)
     spec = SpecConfig(
-        gamma=gamma,
-        adaptive=bool(options.get("adaptive", False)),
-        gamma_max=_int(options, "gamma_max", max(12, gamma)),
+        gamma=o.gamma,
+        adaptive=o.adaptive,
+        gamma_max=o.gamma_max if o.gamma_max is not None else max(12, o.gamma),
         require_sampling=name == "sd-sample",
     )
     spec.validate()
     if name in DRAFT_MODEL_METHODS:
-        if draft is None:
-            raise FastForwardError(f"method '{name}' needs a draft model: pass --draft NAME")
-        from fastforward.decoders.speculative_checks import check_same_tokenizer
-
-        if (target.tokenizer is None) != (draft.tokenizer is None):
-            raise FastForwardError(f"'{target.name}' and '{draft.name}': only one has a tokenizer")
-        if target.tokenizer is not None:  # both None: ids-only test models, nothing to compare
-            check_same_tokenizer(target, draft)
-        drafter = ModelDrafter(draft.model, float(options.get("draft_stop", 0.0)))
+        require_draft(name, draft)
+        check_same_tokenizer(target, draft)
+        drafter = ModelDrafter(draft.model, o.draft_stop)
     elif name == "pld":
-        drafter = PromptLookupDrafter(_int(options, "ngram_max", 3), _int(options, "ngram_min", 1))
+        drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min)
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
-        view = shallow_view(target.model, _int(options, "layers", n_layers // 2))
-        drafter = ModelDrafter(view, float(options.get("draft_stop", 0.0)))
+        drafter = ModelDrafter(shallow_view(target.model, o.layers or n_layers // 2), o.draft_stop)
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
+    verifier: Verifier
     if name == "consultant":
-        verifier = consultant_verifier(float(options.get("eps", 2.0)), float(options.get("beta", 0.2)))
+        verifier = ConsultantVerifier(o.eps if o.eps is not None else 2.0, o.beta)
     elif name == "typical":
-        verifier = typical_verifier(float(options.get("eps", 0.09)), float(options.get("alpha", 0.3)))
+        verifier = TypicalVerifier(o.eps if o.eps is not None else 0.09, o.alpha)
     else:
-        verifier = exact_verifier
+        verifier = ExactVerifier()
     return SpeculativeDecoder(
-        target.model, drafter, verifier, spec, name, lossless=name not in ("typical", "consultant")
+        target.model, drafter, verifier, spec, name, needs_draft=name in DRAFT_MODEL_METHODS
     )
 
 
-def _int(options: dict, key: str, default: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise FastForwardError(f"option {key} must be an integer, got {value!r}")
-    return int(value)
+OPTIONS = SpecOptions

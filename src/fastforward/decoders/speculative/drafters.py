@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fastforward.core.acceptance import common_prefix
 from fastforward.core.cache import new_cache, rollback
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
@@ -36,14 +37,6 @@ class DraftContext:
 class Proposal:
     tokens: list[int]  # [g] draft tokens, g <= gamma (may be empty)
     probs: torch.Tensor | None = None  # [g, V] distributions the tokens were drawn from; None = deterministic
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class ModelDrafter:

@@ -14,62 +14,16 @@ accepted; ``spec_recovered`` / ``spec_bonus`` how each step's target token arose
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.cache import new_cache, rollback
-from fastforward.core.decoder import (
-    Decoder,
-    GenerationConfig,
-    SamplingConfig,
-    Timer,
-    TokenCallback,
-    apply_stops,
-)
-from fastforward.core.sampling import make_generator, processed_probs, select_token
-from fastforward.core.stats import DecodeStats
+from fastforward.core.cache import rollback
+from fastforward.core.decoder import Decoder, Run, Timer
+from fastforward.core.sampling import make_generator, select_token
 from fastforward.decoders.speculative.drafters import DraftContext, Proposal
-from fastforward.decoders.speculative.verifiers import (
-    Verdict,
-    verify_consultant,
-    verify_greedy,
-    verify_rejection,
-    verify_typical,
-)
+from fastforward.decoders.speculative.verifiers import Verdict, Verifier
 from fastforward.errors import FastForwardError
-
-# (draft tokens [g], draft probs [g, V] | None, target logits [g + 1, V], sampling, generator, state) -> Verdict
-Verifier = Callable[
-    [list[int], torch.Tensor | None, torch.Tensor, SamplingConfig, torch.Generator | None, float], Verdict
-]
-
-
-def exact_verifier(draft, draft_probs, logits, cfg, gen, state) -> Verdict:
-    """Lossless: greedy equality when greedy, rejection sampling on processed_probs when sampling."""
-    if cfg.greedy:
-        return verify_greedy(draft, logits)
-    p = processed_probs(logits, cfg)  # [g + 1, V]
-    if draft_probs is not None and draft_probs.shape[-1] != p.shape[-1]:
-        draft_probs = _match_vocab(draft_probs, p.shape[-1])
-    return verify_rejection(draft, draft_probs, p, gen)
-
-
-def typical_verifier(eps: float, alpha: float) -> Verifier:
-    return lambda draft, _q, logits, cfg, gen, _s: verify_typical(draft, logits, cfg, gen, eps, alpha)
-
-
-def consultant_verifier(eps: float, beta: float) -> Verifier:
-    return lambda draft, _q, logits, cfg, gen, r: verify_consultant(draft, logits, cfg, gen, r, eps, beta)
-
-
-def _match_vocab(q: torch.Tensor, size: int) -> torch.Tensor:
-    """Draft and target of one family may pad their LM heads differently; extra rows carry no mass."""
-    if q.shape[-1] > size:
-        return q[..., :size]
-    return torch.nn.functional.pad(q, (0, size - q.shape[-1]))
 
 
 def next_gamma(gamma: int, proposed: int, accepted: int, lo: int, hi: int) -> int:
@@ -94,6 +48,10 @@ class SpecConfig:
 
 
 class SpeculativeDecoder(Decoder):
+    """One loop for every draft-then-verify method; what differs is the drafter and the verifier.
+
+    ``lossless`` comes from the verifier, ``needs_draft`` from whether the drafter runs a separate model."""
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -101,34 +59,30 @@ class SpeculativeDecoder(Decoder):
         verifier: Verifier,
         spec: SpecConfig,
         name: str,
-        lossless: bool,
+        needs_draft: bool = False,
     ) -> None:
         super().__init__(model)
         spec.validate()
         self.drafter, self.verifier, self.spec = drafter, verifier, spec
-        self.name, self.lossless = name, lossless
+        self.name, self.lossless, self.needs_draft = name, verifier.lossless, needs_draft
+        self.in_all = verifier.lossless and not spec.require_sampling
 
-    def _generate(
-        self, prompt_ids: torch.Tensor, config: GenerationConfig, stats: DecodeStats, emit: TokenCallback
-    ) -> list[int]:
-        cfg = config.sampling
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        config, cfg, stats = run.config, run.config.sampling, run.stats
         if self.spec.require_sampling and cfg.greedy:
             raise FastForwardError(
                 f"method '{self.name}' samples: pass --temperature > 0 (use 'sd' for greedy)"
             )
         gen = make_generator(cfg, self.device)
-        cache = new_cache(self.model)
-        t0 = time.perf_counter()
-        out = self.model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        tokens, done = apply_stops([], [int(select_token(out.logits[0, -1], cfg, gen))], config)
-        stats.prefill_time_s = time.perf_counter() - t0
-        stats.record_step(len(tokens))
-        emit(tokens)
+        cache, out = self.prefill(prompt_ids, run)
+        run.commit([int(select_token(out.logits[0, -1], cfg, gen))])
+        tokens = run.tokens
         prompt = prompt_ids[0].tolist()
         self.drafter.reset()
+        self.verifier.reset()
         ex = _Counters()
-        gamma, state = self.spec.gamma, 0.0
-        while not done:
+        gamma = self.spec.gamma
+        while not run.done:
             seq = prompt + tokens
             g = min(gamma, config.max_new_tokens - len(tokens) - 1)
             proposal = Proposal([])
@@ -144,19 +98,14 @@ class SpeculativeDecoder(Decoder):
                 past_key_values=cache,
                 use_cache=True,
             ).logits[0]  # [g + 1, V]
-            verdict = self.verifier(draft, proposal.probs, logits, cfg, gen, state)
-            state = verdict.state if verdict.state is not None else state
-            keep, done = apply_stops(tokens, verdict.tokens(draft), config)
-            tokens += keep
-            stats.record_step(len(keep))
-            emit(keep)
+            verdict = self.verifier(draft, proposal.probs, logits, cfg, gen)
+            run.commit(verdict.tokens(draft))
             rollback(cache, n_seq + verdict.accepted)
             self.drafter.observe(verdict.accepted)
             ex.add(g, len(draft), verdict)
             if self.spec.adaptive:
                 gamma = next_gamma(gamma, len(draft), verdict.accepted, 1, self.spec.gamma_max)
         stats.extras.update(ex.as_dict())
-        return tokens
 
 
 class _Counters:

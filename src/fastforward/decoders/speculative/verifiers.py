@@ -8,7 +8,11 @@ one more for the bonus token) and returns a :class:`Verdict`. Names follow vLLM'
 - **bonus**: the target's extra token when every draft token was accepted.
 
 So every step commits ``accepted + 1`` tokens (before stop handling). ``greedy`` and ``rejection`` are
-lossless; ``typical`` and ``consultant`` are lossy and opt-in.
+lossless; ``typical`` and ``consultant`` are lossy and opt-in. Greedy and typical acceptance are the chain
+case of :mod:`fastforward.core.acceptance`, shared with lookahead and Chimera.
+
+The engine calls a verifier object (:class:`Verifier`): it says whether it is lossless, and a verifier with
+state across steps (Consultant's EMA) keeps it itself and clears it in ``reset()``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fastforward.core.acceptance import accept_chain, typical_threshold
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
 
@@ -26,10 +31,14 @@ class Verdict:
     accepted: int  # leading draft tokens kept
     next_token: int  # recovered (after a rejection) or bonus (all accepted)
     bonus: bool  # True when next_token is the bonus token
-    state: float | None = None  # verifier state carried to the next step (consultant: EMA of NLL)
 
     def tokens(self, draft: list[int]) -> list[int]:
         return list(draft[: self.accepted]) + [self.next_token]
+
+
+@dataclass(frozen=True)
+class ConsultantVerdict(Verdict):
+    ema: float = 0.0  # EMA of the target's NLL after the tokens this step commits (carried to the next step)
 
 
 def _target_token(logits: torch.Tensor, cfg: SamplingConfig, gen: torch.Generator | None) -> int:
@@ -42,9 +51,7 @@ def _target_token(logits: torch.Tensor, cfg: SamplingConfig, gen: torch.Generato
 def verify_greedy(draft: list[int], target_logits: torch.Tensor) -> Verdict:
     """Exact greedy: accept while the draft token is the target's argmax. target_logits: [g + 1, V]."""
     best = target_logits.argmax(-1).tolist()  # [g + 1]
-    n = 0
-    while n < len(draft) and draft[n] == best[n]:
-        n += 1
+    n = accept_chain(draft, best)
     return Verdict(n, int(best[n]), n == len(draft))
 
 
@@ -83,12 +90,6 @@ def verify_rejection(
     return Verdict(g, int(sample_from(target_probs[g], gen)), True)
 
 
-def typical_threshold(probs: torch.Tensor, eps: float, alpha: float) -> torch.Tensor:
-    """Medusa's typical acceptance threshold min(eps, alpha * exp(-H(p))). probs: [..., V] -> [...]."""
-    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
-    return torch.minimum(torch.full_like(entropy, eps), alpha * torch.exp(-entropy))
-
-
 def verify_typical(
     draft: list[int],
     target_logits: torch.Tensor,
@@ -125,7 +126,7 @@ def verify_consultant(
     r_prev: float = 0.0,
     eps: float = 2.0,
     beta: float = 0.2,
-) -> Verdict:
+) -> ConsultantVerdict:
     """Consultant Decoding (Lin et al., ACL 2025, arXiv 2506.02391): LOSSY.
 
     With nll_i = -log softmax(target_logits_i)[x_i] (the target's raw NLL, temperature 1, like its training
@@ -135,8 +136,8 @@ def verify_consultant(
 
     State: ``r_prev`` is the EMA after the last committed token. It is 0.0 before the first verification
     step (the token the prefill produces does not enter it) and
-    it CARRIES across steps: the returned ``state`` is the EMA after every token this step commits, i.e.
-    the accepted draft tokens and then the recovered/bonus token (updated with its own target NLL). A
+    it CARRIES across steps: the returned ``ema`` is the one after every token this step commits,
+    i.e. the accepted draft tokens and then the recovered/bonus token (updated with its own target NLL). A
     rejected draft token does not enter the carried EMA.
     """
     logp = torch.log_softmax(target_logits.float(), -1)  # [g + 1, V]
@@ -151,4 +152,73 @@ def verify_consultant(
         r, n = r_next, n + 1
     tok = _target_token(target_logits[n], cfg, gen)
     r = beta * r + (1 - beta) * float(-logp[n, tok])
-    return Verdict(n, tok, n == g, state=r)
+    return ConsultantVerdict(n, tok, n == g, ema=r)
+
+
+# --------------------------------------------------------------------------- verifier objects for the engine
+
+
+class Verifier:
+    """Judges one step: (draft tokens [g], draft probs [g, V] | None, target logits [g + 1, V]) -> Verdict."""
+
+    lossless: bool = True
+
+    def reset(self) -> None:
+        """Forget state carried across steps; called before each generation."""
+
+    def __call__(
+        self,
+        draft: list[int],
+        draft_probs: torch.Tensor | None,
+        logits: torch.Tensor,
+        cfg: SamplingConfig,
+        gen: torch.Generator | None,
+    ) -> Verdict:
+        raise NotImplementedError
+
+
+class ExactVerifier(Verifier):
+    """Lossless: greedy equality when greedy, rejection sampling on processed_probs when sampling."""
+
+    def __call__(self, draft, draft_probs, logits, cfg, gen) -> Verdict:
+        if cfg.greedy:
+            return verify_greedy(draft, logits)
+        p = processed_probs(logits, cfg)  # [g + 1, V]
+        if draft_probs is not None and draft_probs.shape[-1] != p.shape[-1]:
+            draft_probs = match_vocab(draft_probs, p.shape[-1])
+        return verify_rejection(draft, draft_probs, p, gen)
+
+
+class TypicalVerifier(Verifier):
+    lossless = False
+
+    def __init__(self, eps: float, alpha: float) -> None:
+        self.eps, self.alpha = eps, alpha
+
+    def __call__(self, draft, draft_probs, logits, cfg, gen) -> Verdict:
+        return verify_typical(draft, logits, cfg, gen, self.eps, self.alpha)
+
+
+class ConsultantVerifier(Verifier):
+    """Consultant Decoding; keeps the EMA of the target's NLL across the steps of one generation."""
+
+    lossless = False
+
+    def __init__(self, eps: float, beta: float) -> None:
+        self.eps, self.beta = eps, beta
+        self.reset()
+
+    def reset(self) -> None:
+        self.ema = 0.0
+
+    def __call__(self, draft, draft_probs, logits, cfg, gen) -> Verdict:
+        verdict = verify_consultant(draft, logits, cfg, gen, self.ema, self.eps, self.beta)
+        self.ema = verdict.ema
+        return verdict
+
+
+def match_vocab(q: torch.Tensor, size: int) -> torch.Tensor:
+    """Draft and target of one family may pad their LM heads differently; extra rows carry no mass."""
+    if q.shape[-1] > size:
+        return q[..., :size]
+    return torch.nn.functional.pad(q, (0, size - q.shape[-1]))

@@ -6,6 +6,7 @@ import os
 import platform
 
 import torch
+import transformers
 
 
 def describe() -> str:
@@ -21,7 +22,5 @@ def describe() -> str:
     parts = [f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"]
     if torch.cuda.is_available():
         parts.append(f"GPU {torch.cuda.get_device_name(0)}")
-    import transformers
-
     parts.append(f"transformers {transformers.__version__}")
     return "; ".join(parts)

@@ -8,25 +8,24 @@ needs true neighbours).
 
 Cleaning: the teacher sometimes loops. A block is dropped when its answer (prompt excluded) shows a run of
 ``max_run`` identical tokens, an n-gram repeated ``max_ngram_repeats`` times, or a repeated sentence
-(token span between sentence delimiters). The reference only catches single-token runs.
+(token span between sentence delimiters): the rules of :mod:`fastforward.eval.repetition`, applied to the
+part of the answer the block adds. The reference only catches single-token runs.
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from fastforward.training.trajectories import TrajectoryRecord, group_by_prompt
+from fastforward.cllm.trajectories import TrajectoryRecord, group_by_prompt
+from fastforward.eval.repetition import RepetitionRules, longest_run, max_ngram_count, repeated_sentence
 
 
 @dataclass(frozen=True)
-class CleanConfig:
-    max_run: int = 10  # drop on a run of >= max_run identical tokens (0 disables)
-    ngram: int = 8
-    max_ngram_repeats: int = 3  # drop when an n-gram ending in the block occurs this often (0 disables)
-    min_sentence_tokens: int = 6  # repeated sentences shorter than this are allowed (0 disables the rule)
+class CleanConfig(RepetitionRules):
+    """The repetition thresholds (judged on each block's answer so far) plus what happens after a bad block."""
+
     drop_rest_of_prompt: bool = True  # after a dropped block, drop the prompt's later blocks too
 
 
@@ -52,50 +51,7 @@ class CleanReport:
         )
 
 
-# --------------------------------------------------------------------------- detectors
-
-
-def longest_run(tokens: Sequence[int]) -> int:
-    best = cur = 0
-    prev = None
-    for t in tokens:
-        cur = cur + 1 if t == prev else 1
-        prev = t
-        best = max(best, cur)
-    return best
-
-
-def max_ngram_count(tokens: Sequence[int], n: int, new_from: int = 0) -> int:
-    """Largest occurrence count (over the whole sequence) of an n-gram that ends at or after ``new_from``."""
-    if n <= 0 or len(tokens) < n:
-        return 0
-    grams = Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-    start = max(0, new_from - n + 1)
-    return max((grams[tuple(tokens[i : i + n])] for i in range(start, len(tokens) - n + 1)), default=0)
-
-
-def sentences(tokens: Sequence[int], delimiters: set[int]) -> list[tuple[int, tuple[int, ...]]]:
-    """(end index, sentence tokens incl. delimiter) for each delimited sentence."""
-    out, start = [], 0
-    for i, t in enumerate(tokens):
-        if t in delimiters:
-            out.append((i, tuple(tokens[start : i + 1])))
-            start = i + 1
-    return out
-
-
-def repeated_sentence(tokens: Sequence[int], delimiters: set[int], min_len: int, new_from: int = 0) -> bool:
-    """A sentence of >= min_len tokens ending at or after ``new_from`` also occurs earlier."""
-    if not delimiters or min_len <= 0:
-        return False
-    seen: set[tuple[int, ...]] = set()
-    for end, s in sentences(tokens, delimiters):
-        key = tuple(t for t in s if t not in delimiters)
-        if len(key) >= min_len:
-            if end >= new_from and key in seen:
-                return True
-            seen.add(key)
-    return False
+# --------------------------------------------------------------------------- cleaning
 
 
 def bad_block_reason(
@@ -111,15 +67,6 @@ def bad_block_reason(
     if delimiters and repeated_sentence(answer, delimiters, cfg.min_sentence_tokens, new_from):
         return "sentence"
     return None
-
-
-def is_repetitive(tokens: Sequence[int], cfg: CleanConfig, delimiters: set[int] | None = None) -> bool:
-    """The same rules over a whole output (used for the repetition rate of generated answers)."""
-    return bool(
-        (cfg.max_run and longest_run(tokens) >= cfg.max_run)
-        or (cfg.max_ngram_repeats and max_ngram_count(tokens, cfg.ngram) >= cfg.max_ngram_repeats)
-        or (delimiters and repeated_sentence(tokens, delimiters, cfg.min_sentence_tokens))
-    )
 
 
 def clean(

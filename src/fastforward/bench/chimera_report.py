@@ -3,7 +3,8 @@
 Inputs are files the pipeline already wrote (``train-chimera --eval-only --report`` per variant, and
 ``bench`` JSONs holding ``ar`` plus ``chimera`` entries); nothing is re-measured here. Per-dataset figures are
 recomputed from the bench's per-sample records (every sample counted), so MT-bench and GSM8K are reported
-apart even when one bench ran both.
+apart even when one bench ran both. It lives in ``bench`` because it reads bench results and the decoder
+registry's option labels.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fastforward.core.metrics import record_totals
 from fastforward.decoders.registry import base_method, parse_options
 from fastforward.errors import FastForwardError
 
@@ -42,20 +44,22 @@ def per_dataset(method: dict[str, Any], ar: dict[str, Any]) -> dict[str, dict[st
     ar_groups = _by_dataset(ar["per_sample"])
     out: dict[str, dict[str, Any]] = {}
     for ds, rows in _by_dataset(method["per_sample"]).items():
-        new = sum(r["new_tokens"] for r in rows)
-        fwd = sum(r["target_forwards"] for r in rows)
-        wall = sum(r["wall_time_s"] for r in rows)
-        ar_rows = ar_groups.get(ds, [])
-        ar_tps = sum(r["new_tokens"] for r in ar_rows) / max(1e-9, sum(r["wall_time_s"] for r in ar_rows))
-        same = [r["identical_to_ar"] for r in rows if r["identical_to_ar"] is not None]
+        t = record_totals(rows)
+        a = record_totals(ar_groups.get(ds, []))
+        ar_tps = a.new_tokens / max(1e-9, a.wall_time_s)
+        timed = bool(t.wall_time_s)
         out[ds] = {
-            "generations": len(rows),
-            "mean_accepted_tokens": round(new / fwd, 3) if fwd else None,
-            "identical_to_ar": round(sum(same) / len(same), 3) if same else None,
-            "tokens_per_s": round(new / wall, 2) if wall else None,
-            "speedup_vs_ar": round(new / wall / ar_tps, 3) if wall and ar_tps else None,
+            "generations": t.generations,
+            "mean_accepted_tokens": _round(t.mean_accepted_tokens, 3),
+            "identical_to_ar": _round(t.identical_rate, 3),
+            "tokens_per_s": round(t.tokens_per_s, 2) if timed else None,
+            "speedup_vs_ar": round(t.tokens_per_s / ar_tps, 3) if timed and ar_tps else None,
         }
     return out
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
 
 
 def summarize(heads: list[str | Path], benches: list[str | Path]) -> dict[str, Any]:

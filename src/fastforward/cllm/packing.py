@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.training.losses import first_wrong_mask
-from fastforward.training.trajectories import TrajectoryRecord
+from fastforward.cllm.losses import first_wrong_mask
+from fastforward.cllm.trajectories import TrajectoryRecord
 
 
 @dataclass

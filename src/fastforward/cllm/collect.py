@@ -6,7 +6,9 @@ fixed points). Rows are left-padded in one KV cache, so all blocks sit in the sa
 synchronous: a row whose block converged feeds its (unchanging) fixed point until the slowest row converges,
 then every row's fixed point is already in the cache. Rows that finish (EOS or length cap) leave at a block
 boundary; waiting prompts are prefilled together and merged into the cache (left-padded), so the batch stays
-full. One record per (prompt, block) is written and fsynced as soon as the block converges.
+full. One record per (prompt, block) is written and fsynced as soon as the block converges. The iteration
+rule and the initial guess are the Jacobi decoder's (:mod:`fastforward.decoders.jacobi`); cache surgery and
+masks are :mod:`fastforward.core`'s, so sliding-window models work here too.
 
 Iteration rule (eq. 3): feeding state y(j) gives y(j+1) = [argmax after the prefix, argmax after y(j)_1, ...].
 The block has converged when y(j+1) equals y(j) on its first m tokens (m = block size, or fewer at the length
@@ -26,9 +28,19 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from fastforward.core.cache import cache_length, new_cache, rollback
+from fastforward.cllm.trajectories import TrajectoryRecord, TrajectoryWriter
+from fastforward.core.cache import (
+    append_rows,
+    cache_length,
+    left_pad,
+    new_cache,
+    rollback,
+    select_rows,
+    trim_left,
+)
+from fastforward.core.masks import padded_block_mask, padded_prefill_mask
+from fastforward.decoders.jacobi import converged_length, initial_guess, next_iterate
 from fastforward.errors import FastForwardError
-from fastforward.training.trajectories import TrajectoryRecord, TrajectoryWriter
 
 
 @dataclass(frozen=True)
@@ -86,88 +98,11 @@ class _Row:
 # --------------------------------------------------------------------------- pure helpers
 
 
-def converged_length(prev: Sequence[int], new: Sequence[int], m: int, eos: Sequence[int]) -> int:
-    """Length of the fixed point if the block converged (prev == new on the tokens that matter), else 0.
-
-    ``prev`` is the state fed, ``new`` the iterate it produced. The block is done when they agree on the first
-    m tokens, or on a prefix ending with an EOS token.
-    """
-    for i in range(m):
-        if prev[i] != new[i]:
-            return 0
-        if new[i] in eos:
-            return i + 1
-    return m
-
-
 def init_state(prefix: Sequence[int], n: int, seed: int, prompt_id: str, block_index: int) -> list[int]:
-    """y(0): n tokens drawn (with replacement) from the prefix, seeded per (prompt, block) for resumability."""
+    """y(0): the Jacobi decoder's random initial guess (n tokens drawn from the prefix), seeded per
+    (prompt, block) so that a resumed collection draws the same states."""
     rng = random.Random(f"{seed}:{prompt_id}:{block_index}")
-    return [int(t) for t in rng.choices(list(prefix), k=n)]
-
-
-def block_mask(pads: Sequence[int], cache_len: int, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """[B, 1, n, cache_len + n] additive mask: row b hides its first pads[b] columns; causal within the block."""
-    b = len(pads)
-    allowed = torch.ones(b, n, cache_len + n, dtype=torch.bool)
-    for i, p in enumerate(pads):
-        allowed[i, :, :p] = False
-    allowed[:, :, cache_len:] = torch.ones(n, n, dtype=torch.bool).tril()
-    mask = torch.zeros(b, 1, n, cache_len + n, dtype=dtype)
-    return mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
-
-
-def prefill_mask(pads: Sequence[int], length: int, dtype: torch.dtype) -> torch.Tensor:
-    """[B, 1, T, T] causal mask for left-padded rows; pad queries see only themselves (no empty rows)."""
-    b = len(pads)
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    allowed = causal.expand(b, length, length).clone()
-    for i, p in enumerate(pads):
-        allowed[i, :, :p] = False
-        allowed[i, torch.arange(p), torch.arange(p)] = True
-    mask = torch.zeros(b, 1, length, length, dtype=dtype)
-    return mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
-
-
-# --------------------------------------------------------------------------- cache surgery (batch dim)
-
-
-def _layers(cache: DynamicCache) -> list:
-    for layer in cache.layers:
-        if getattr(layer, "is_sliding", False):
-            raise FastForwardError("batched collection does not support sliding-window cache layers")
-    return list(cache.layers)
-
-
-def _left_pad(cache: DynamicCache, amount: int) -> None:
-    if amount <= 0:
-        return
-    for layer in _layers(cache):
-        for attr in ("keys", "values"):
-            t = getattr(layer, attr)
-            z = t.new_zeros(t.shape[0], t.shape[1], amount, t.shape[3])
-            setattr(layer, attr, torch.cat([z, t], dim=2))
-
-
-def _trim_left(cache: DynamicCache, amount: int) -> None:
-    if amount <= 0:
-        return
-    for layer in _layers(cache):
-        layer.keys = layer.keys[:, :, amount:]
-        layer.values = layer.values[:, :, amount:]
-
-
-def _select_rows(cache: DynamicCache, keep: list[int]) -> None:
-    idx = torch.tensor(keep, dtype=torch.long)
-    for layer in _layers(cache):
-        layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
-        layer.values = layer.values.index_select(0, idx.to(layer.values.device))
-
-
-def _append_rows(cache: DynamicCache, other: DynamicCache) -> None:
-    for a, b in zip(_layers(cache), _layers(other), strict=True):
-        a.keys = torch.cat([a.keys, b.keys], dim=0)
-        a.values = torch.cat([a.values, b.values], dim=0)
+    return initial_guess("random", n, prefix, rng, pad_id=0)
 
 
 # --------------------------------------------------------------------------- the collector
@@ -207,7 +142,9 @@ class BatchedJacobiCollector:
         out = self.model(
             input_ids=ids.to(self.device),
             position_ids=pos.to(self.device),
-            attention_mask=prefill_mask([r.pad for r in rows], length, self.dtype).to(self.device),
+            attention_mask=padded_prefill_mask(
+                self.model, [r.pad for r in rows], length, self.dtype, self.device
+            ),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
@@ -226,7 +163,7 @@ class BatchedJacobiCollector:
             r.trajectory = [r.state[:]]
             r.m = min(n, self.cfg.max_new_tokens - r.generated)
             r.converged = False
-        mask = block_mask([r.pad for r in rows], base, n, self.dtype).to(self.device)
+        mask = padded_block_mask(self.model, [r.pad for r in rows], base, n, self.dtype, self.device)
         pos = torch.stack([torch.arange(n) + len(r.seq) for r in rows]).to(self.device)
         for _ in range(2 * n + 2):  # converges within m + 1 iterations in exact arithmetic
             ids = torch.tensor([r.state for r in rows], dtype=torch.long, device=self.device)
@@ -239,7 +176,7 @@ class BatchedJacobiCollector:
                 if r.converged:
                     continue
                 self.stats.row_forwards += 1
-                new = [r.next_first] + [int(t) for t in p[: n - 1]]
+                new = next_iterate(r.next_first, p, n)
                 k = converged_length(r.state, new, r.m, self.eos)
                 if k:
                     r.converged, r.fixed_len, r.next_after = True, k, int(p[k - 1])
@@ -275,13 +212,13 @@ class BatchedJacobiCollector:
                         cache = new_cache_
                     else:
                         a, b = cache_length(cache), cache_length(new_cache_)
-                        _left_pad(cache, b - a)
-                        _left_pad(new_cache_, a - b)
+                        left_pad(cache, b - a)
+                        left_pad(new_cache_, a - b)
                         for r in rows:
                             r.pad += max(0, b - a)
                         for r in new:
                             r.pad += max(0, a - b)
-                        _append_rows(cache, new_cache_)
+                        append_rows(cache, new_cache_)
                     rows += new
                 self._block(rows, cache)
                 for r in rows:
@@ -291,9 +228,9 @@ class BatchedJacobiCollector:
                     self.stats.prompts += len(rows) - len(keep)
                     rows = [rows[i] for i in keep]
                     if rows:
-                        _select_rows(cache, keep)
+                        select_rows(cache, keep)
                         trim = min(r.pad for r in rows)
-                        _trim_left(cache, trim)
+                        trim_left(cache, trim)
                         for r in rows:
                             r.pad -= trim
                     else:
@@ -354,7 +291,7 @@ class BatchedJacobiCollector:
         )
 
 
-def collect(
+def collect_trajectories(
     model: torch.nn.Module,
     eos_token_ids: Sequence[int],
     jobs: Sequence[PromptJob],

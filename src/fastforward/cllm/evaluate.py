@@ -29,10 +29,15 @@ from typing import Any
 import torch
 
 from fastforward.core.decoder import GenerationConfig
+from fastforward.core.metrics import DecodeTotals
 from fastforward.data import load_dataset, render_prompt
 from fastforward.data.gsm8k import is_correct
+from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
-from fastforward.training.augment import CleanConfig, is_repetitive
+from fastforward.eval.quality import answer_quality, paired
+from fastforward.eval.repetition import is_repetitive
+from fastforward.hardware import describe
+from fastforward.models.loading import load_model
 
 
 @dataclass(frozen=True)
@@ -64,40 +69,36 @@ def perplexity(model: torch.nn.Module, prompt: list[int], answer: list[int]) -> 
     return float(nll), len(answer)
 
 
-def decode_all(decoder, prompts: list[list[int]], gen: GenerationConfig, warmup: int) -> dict[str, Any]:
+def decode_all(
+    decoder, prompts: list[list[int]], gen: GenerationConfig, warmup: int
+) -> tuple[list[list[int]], DecodeTotals]:
+    """Every prompt's output tokens and the totals over all of them (the first ``warmup`` prompts are decoded
+    once more beforehand, uncounted)."""
     for p in prompts[:warmup]:
         decoder.generate(p, gen)
-    outs, new, forwards, wall = [], 0, 0, 0.0
-    extras: dict[str, float] = {}
+    outs: list[list[int]] = []
+    totals = DecodeTotals()
     for p in prompts:
         r = decoder.generate(p, gen)
         outs.append(r.tokens)
-        new += r.stats.new_tokens
-        forwards += r.stats.target_forwards
-        wall += r.stats.wall_time_s
-        for k, v in r.stats.extras.items():
-            if isinstance(v, (int, float)):
-                extras[k] = extras.get(k, 0) + v
-    return {"outputs": outs, "new_tokens": new, "forwards": forwards, "wall_s": wall, "extras": extras}
+        totals.add(r.stats)
+    return outs, totals
 
 
 def _model_report(
     ref: str, cfg: EvalConfig, samples, teacher: list[list[int]] | None, log
 ) -> tuple[dict[str, Any], list[list[int]]]:
-    from fastforward.decoders.registry import build_decoder
-    from fastforward.models.loading import load_model
-
     speed = load_model(ref, cfg.speed_dtype, cfg.device)
     tok = speed.tokenizer
     prompts = [render_prompt(tok, [{"role": "user", "content": s.turns[0]}]) for s in samples]
     gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, eos_token_ids=speed.eos_token_ids)
     log(f"eval {ref}: AR and Jacobi ({cfg.speed_dtype}) on {len(prompts)} prompts")
-    ar = decode_all(build_decoder("ar", speed), prompts, gen, cfg.warmup)
+    ar_out, ar = decode_all(build_decoder("ar", speed), prompts, gen, cfg.warmup)
     try:
         jac_dec = build_decoder("jacobi", speed, None, {"block_size": cfg.block_size})
     except (ModuleNotFoundError, FastForwardError) as e:
         raise FastForwardError(f"the jacobi decoder is not available: {e}") from None
-    jac = decode_all(jac_dec, prompts, gen, cfg.warmup)
+    jac_out, jac = decode_all(jac_dec, prompts, gen, cfg.warmup)
     del speed
 
     fp32 = load_model(ref, "float32", cfg.device)
@@ -110,7 +111,7 @@ def _model_report(
     )
     for p in prompts[:n_exact]:
         exact += ar32.generate(p, gen).tokens == jac32.generate(p, gen).tokens
-    teacher = teacher if teacher is not None else ar["outputs"]
+    teacher = teacher if teacher is not None else ar_out
     nll, count = 0.0, 0
     for p, a in zip(prompts, teacher, strict=True):
         x, c = perplexity(fp32.model, p, a)
@@ -124,14 +125,12 @@ def _model_report(
         quality = _quality(fp32, cfg, log)
 
     golds = [s.answer for s in samples]
-    clean = CleanConfig()
-    ex = jac["extras"]
-    ar_tps = ar["new_tokens"] / ar["wall_s"] if ar["wall_s"] else 0.0
-    jac_tps = jac["new_tokens"] / jac["wall_s"] if jac["wall_s"] else 0.0
+    ex = jac.extras
+    ar_tps, jac_tps = ar.tokens_per_s, jac.tokens_per_s
     report = {
         "model": ref,
         "prompts": len(prompts),
-        "mean_accepted_tokens": jac["new_tokens"] / max(1, jac["forwards"]),
+        "mean_accepted_tokens": jac.mean_accepted_tokens or 0.0,
         "fast_forward_per_iteration": ex.get("fast_forward_tokens", 0)
         / max(1, ex.get("fixed_point_iterations", 0)),
         "stationary_per_block": ex.get("stationary_tokens", 0) / max(1, ex.get("blocks", 0)),
@@ -139,11 +138,11 @@ def _model_report(
         "ar_tokens_per_s": ar_tps,
         "jacobi_tokens_per_s": jac_tps,
         "speedup_vs_ar": jac_tps / ar_tps if ar_tps else None,
-        "accuracy": _accuracy([text(o) for o in ar["outputs"]], golds),
+        "accuracy": _accuracy([text(o) for o in ar_out], golds),
         "accuracy_prompts": len(prompts),
-        "jacobi_accuracy": _accuracy([text(o) for o in jac["outputs"]], golds),
-        "repetition_rate": sum(is_repetitive(o, clean) for o in ar["outputs"]) / max(1, len(prompts)),
-        "mean_new_tokens": ar["new_tokens"] / max(1, len(prompts)),
+        "jacobi_accuracy": _accuracy([text(o) for o in jac_out], golds),
+        "repetition_rate": sum(is_repetitive(o) for o in ar_out) / max(1, len(prompts)),
+        "mean_new_tokens": ar.new_tokens / max(1, len(prompts)),
         "perplexity_on_teacher_answers": math.exp(nll / count) if count else None,
         "fp32_jacobi_equals_ar": f"{exact}/{n_exact}",
         "fp32_exact": exact == n_exact,
@@ -154,13 +153,11 @@ def _model_report(
         report["accuracy"] = quality["accuracy"]
         report["accuracy_prompts"] = quality["n"]
         report["quality"] = quality
-    return report, ar["outputs"]
+    return report, ar_out
 
 
 def _quality(fp32, cfg: EvalConfig, log) -> dict[str, Any]:
     """fp32 greedy answers to the first ``quality_limit`` prompts, batched: accuracy, repetition, marks."""
-    from fastforward.eval.quality import answer_quality
-
     samples = load_dataset(cfg.dataset, cfg.quality_limit, split=cfg.split, data_path=cfg.data_path)
     log(f"eval {fp32.name}: batched fp32 quality on {len(samples)} prompts")
     out, _ = answer_quality(fp32, samples, cfg.max_new_tokens, cfg.quality_batch_size)
@@ -174,9 +171,7 @@ def _accuracy(texts: list[str], golds: list[str | None]) -> float | None:
     return sum(is_correct(t, g) for t, g in pairs) / len(pairs) if pairs else None
 
 
-def evaluate(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dict[str, Any]:
-    from fastforward.bench.hardware import describe
-
+def evaluate_cllm(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dict[str, Any]:
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     t0 = time.perf_counter()
     samples = load_dataset(cfg.dataset, cfg.limit, split=cfg.split, data_path=cfg.data_path)
@@ -191,8 +186,6 @@ def evaluate(cfg: EvalConfig, log=None, command: list[str] | None = None) -> dic
             training = {k: m.get(k) for k in keys}
     delta = None
     if "quality" in base and "quality" in cllm:
-        from fastforward.eval.quality import paired
-
         delta = paired(base["quality"]["correct_per_prompt"], cllm["quality"]["correct_per_prompt"])
     return {
         "base": base,

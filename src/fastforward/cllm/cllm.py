@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
 
+from fastforward.cllm.augment import CleanConfig, CleanReport, prepare
+from fastforward.cllm.losses import DISTANCES, ar_loss, consistency_loss, total_loss
+from fastforward.cllm.packing import PackedExample, collate, pack_prompt
+from fastforward.cllm.trajectories import TrajectoryRecord, group_by_prompt, read_records
 from fastforward.errors import FastForwardError
-from fastforward.training.augment import CleanConfig, CleanReport, prepare
-from fastforward.training.losses import DISTANCES, ar_loss, consistency_loss, total_loss
-from fastforward.training.packing import PackedExample, collate, pack_prompt
-from fastforward.training.trajectories import TrajectoryRecord, group_by_prompt, read_records
+from fastforward.models.loading import load_model
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def _checkpoints(out: Path) -> list[Path]:
 
 def _apply_lora(model: torch.nn.Module, r: int) -> torch.nn.Module:
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model  # optional dependency, only for --lora
     except ImportError:
         raise FastForwardError("--lora needs peft: pip install peft") from None
     cfg = LoraConfig(
@@ -163,11 +166,6 @@ def _apply_lora(model: torch.nn.Module, r: int) -> torch.nn.Module:
 
 def train(cfg: TrainConfig, log=None) -> TrainResult:
     """Run (or resume) consistency training; writes the HF model directory ``cfg.out``."""
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-
-    from fastforward.models.loading import load_model
-
     cfg.validate()
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     out = Path(cfg.out)
