@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset, render_prompt
@@ -27,8 +28,6 @@ def real_prompts(smollm2: LoadedModel) -> list[list[int]]:
 
 def make_tiny(arch: str = "llama", vocab: int = 512, seed: int = 0) -> LoadedModel:
     """A random-init 2-layer model of the given architecture; tokenizer-free (ids only)."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab,

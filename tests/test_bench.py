@@ -9,10 +9,20 @@ import sys
 import pytest
 
 from fastforward.bench.runner import run_bench
+from fastforward.chimera.train import new_draft
 from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset
-from fastforward.decoders.registry import build_decoder, options_for, parse_options, resolve_methods
+from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
+from fastforward.decoders.registry import (
+    build_decoder,
+    build_decoders,
+    options_for,
+    parse_options,
+    resolve_methods,
+)
 from fastforward.errors import FastForwardError
+
+from .conftest import make_tiny
 
 
 def test_run_bench_contract_on_real_model(smollm2):
@@ -69,10 +79,19 @@ def test_cli_bench_writes_json_and_table(tmp_path):
     assert "| ar |" in out.with_suffix(".md").read_text()
 
 
-def test_method_resolution_and_options():
-    assert resolve_methods("ar,hf_generate", have_draft=False) == ["ar", "hf_generate"]
-    assert "ar" in resolve_methods("all", have_draft=False)
-    assert "consultant" not in resolve_methods("all", have_draft=True)  # lossy methods are opt-in
+def test_method_resolution_and_all_asks_each_decoder():
+    tiny, draft = make_tiny(), make_tiny(seed=1)
+    assert resolve_methods("ar,hf_generate") == ["ar", "hf_generate"]
+    alone = build_decoders("all", tiny, None, {})
+    assert {"ar", "hf_generate", "jacobi", "lookahead", "pld", "layerskip"} <= set(alone)
+    assert not {"sd", "hf_assisted", "chimera"} & set(alone)  # no draft, no heads: skipped, not an error
+    paired = build_decoders("all", tiny, draft, {})
+    assert {"sd", "hf_assisted"} <= set(paired)
+    assert not {"consultant", "typical", "sd-sample"} & set(paired)  # lossy / sampling-only: opt-in
+    assert all(d.lossless and d.in_all for d in paired.values())
+    assert paired["sd"].needs_draft and not paired["pld"].needs_draft
+    with pytest.raises(FastForwardError, match="needs a draft model"):
+        build_decoders("ar,sd", tiny, None, {})  # named explicitly: the one-line error
     assert parse_options(["block_size=16", "eps=2.5", "init=random", "adaptive=true"]) == {
         "block_size": 16,
         "eps": 2.5,
@@ -82,17 +101,40 @@ def test_method_resolution_and_options():
 
 
 def test_tagged_methods_get_their_own_scoped_options():
-    labels = resolve_methods("ar,jacobi,jacobi:b16", have_draft=False)
-    assert labels == ["ar", "jacobi", "jacobi:b16"]
-    opts = parse_options(["max_iters=8", "jacobi:b16.block_size=16"])
-    assert options_for("jacobi", opts, labels) == {"max_iters": 8}
-    assert options_for("jacobi:b16", opts, labels) == {"max_iters": 8, "block_size": 16}
+    labels = resolve_methods("ar,jacobi,jacobi:b16,pld")
+    assert labels == ["ar", "jacobi", "jacobi:b16", "pld"]
+    opts = parse_options(["init=repeat", "gamma=3", "jacobi:b16.block_size=16"])
+    # unscoped options go to the methods that have them; scoped ones to their label only
+    assert options_for("jacobi", opts, labels) == {"init": "repeat"}
+    assert options_for("jacobi:b16", opts, labels) == {"init": "repeat", "block_size": 16}
+    assert options_for("pld", opts, labels) == {"gamma": 3}
+    assert options_for("ar", opts, labels) == {}
+    with pytest.raises(FastForwardError, match="no method in --methods"):
+        options_for("jacobi", parse_options(["max_iters=8"]), labels)
     with pytest.raises(FastForwardError, match="not in --methods"):
         options_for("jacobi", parse_options(["jacobi:typo.block_size=4"]), labels)
+    with pytest.raises(FastForwardError, match="unknown option 'blocksize'"):
+        build_decoders("ar,jacobi", make_tiny(), None, parse_options(["jacobi.blocksize=4"]))
     with pytest.raises(FastForwardError, match="twice"):
-        resolve_methods("ar,jacobi,jacobi", have_draft=False)
+        resolve_methods("ar,jacobi,jacobi")
     with pytest.raises(FastForwardError, match="unknown method"):
-        resolve_methods("nosuch:tag", have_draft=False)
+        resolve_methods("nosuch:tag")
+
+
+def test_bench_reports_what_the_decoder_says_chimera_typical_is_lossy(smollm2):
+    """lossless comes from the configured decoder, not the method name: chimera accept=typical is lossy."""
+    decoders = {
+        "ar": build_decoder("ar", smollm2),
+        "chimera": ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions()),
+        "chimera:typ": ChimeraDecoder(
+            smollm2.model, new_draft(smollm2.model), ChimeraOptions(accept="typical")
+        ),
+    }
+    cfg = GenerationConfig(max_new_tokens=4, eos_token_ids=smollm2.eos_token_ids)
+    out = run_bench(smollm2, decoders, load_dataset("gsm8k", 1), cfg, "gsm8k", warmup=0)
+    assert out["methods"]["chimera"]["lossless"] is True
+    assert out["methods"]["chimera:typ"]["lossless"] is False
+    assert out["methods"]["ar"]["lossless"] is True
 
 
 def test_a_tagged_label_builds_its_base_method(smollm2):

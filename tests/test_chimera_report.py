@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fastforward.chimera.report import per_dataset, summarize
+from fastforward.bench.chimera_report import per_dataset, summarize
 from fastforward.errors import FastForwardError
 
 

@@ -8,17 +8,17 @@ import json
 import pytest
 import torch
 
+from fastforward.chimera.checkpoint import load_draft, save_draft
 from fastforward.chimera.data import DistillConfig, load_record, records, write_records
 from fastforward.chimera.train import (
     TrainConfig,
     chimera_loss,
     head_topk_accuracy,
-    load_draft,
     make_batch,
     new_draft,
-    save_draft,
     train,
 )
+from fastforward.cli import build_parser
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
@@ -163,7 +163,5 @@ def test_own_vocab_heads_save_their_matrices_and_load(tiny_data, tmp_path):
 
 
 def test_train_chimera_command_is_registered():
-    from fastforward.cli import build_parser
-
     args = build_parser().parse_args(["train-chimera", "--out", "x", "--variant", "medusa", "--eval"])
     assert args.variant == "medusa" and args.eval and args.vocab == "shared"

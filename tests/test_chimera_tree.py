@@ -5,16 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastforward.chimera.tree import (
-    accept_greedy,
-    accept_typical,
-    build_tree,
-    chain_tree,
-    default_tree,
-    longest_path,
-    tree_tokens,
-)
-from fastforward.core.masks import additive_mask, positions, tree_visibility
+from fastforward.chimera.tree import build_tree, chain_tree, default_tree, tree_tokens
+from fastforward.core.acceptance import accept_tree as accept_greedy
+from fastforward.core.acceptance import accept_tree_typical as accept_typical
+from fastforward.core.acceptance import longest_path
+from fastforward.core.masks import positions, tree_mask, tree_visibility
+
+from .conftest import make_tiny
 
 # root; a=(0) b=(1); a0=(0,0) a1=(0,1) b0=(1,0); a00=(0,0,0)
 PATHS = [(1, 0), (0,), (0, 0, 0), (1,), (0, 1), (0, 0)]
@@ -45,7 +42,7 @@ def test_tree_mask_and_positions_on_hand_made_tree():
     assert vis[5].nonzero().flatten().tolist() == [0, 2, 5]
     assert vis[6].nonzero().flatten().tolist() == [0, 1, 3, 6]  # a00 sees root, a, a0
     assert not vis[3, 4] and not vis[4, 3]  # siblings do not see each other
-    mask = additive_mask(vis, prefix_len=10, dtype=torch.float32)
+    mask = tree_mask(make_tiny().model, vis, t.depths, prefix_len=10, dtype=torch.float32)
     assert mask.shape == (1, 1, 7, 17)
     assert (mask[0, 0, :, :10] == 0).all()  # everyone sees the prefix
     assert mask[0, 0, 6, 10 + 2] < 0 and mask[0, 0, 6, 10 + 3] == 0

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastforward.core.decoder import GenerationConfig
-from fastforward.decoders.ar import ARDecoder
-from fastforward.training.collect import (
+from fastforward.cllm.collect import (
     BatchedJacobiCollector,
     CollectConfig,
     PromptJob,
-    block_mask,
-    collect,
+    collect_trajectories,
     converged_length,
     init_state,
 )
-from fastforward.training.trajectories import TrajectoryWriter, group_by_prompt, read_records
+from fastforward.cllm.trajectories import TrajectoryWriter, group_by_prompt, read_records
+from fastforward.core.decoder import GenerationConfig
+from fastforward.core.masks import padded_block_mask
+from fastforward.decoders.ar import ARDecoder
 
 from .conftest import make_tiny
 
@@ -56,7 +56,7 @@ def test_converged_length_and_init_state():
 
 
 def test_block_mask_hides_padding_and_is_causal_in_the_block():
-    m = block_mask([2, 0], cache_len=3, n=2, dtype=torch.float32)
+    m = padded_block_mask(make_tiny().model, [2, 0], cache_len=3, n=2, dtype=torch.float32, device="cpu")
     allowed = m == 0
     assert allowed.shape == (2, 1, 2, 5)
     assert allowed[0, 0].tolist() == [[False, False, True, True, False], [False, False, True, True, True]]
@@ -65,7 +65,7 @@ def test_block_mask_hides_padding_and_is_causal_in_the_block():
 
 def test_fixed_points_equal_greedy_ar_and_trajectories_are_jacobi(tiny64, tmp_path):
     p = tmp_path / "t.jsonl"
-    collect(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
+    collect_trajectories(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
     ar = ARDecoder(tiny64.model)
     groups = group_by_prompt(read_records(p))
     assert len(groups) == 7
@@ -84,9 +84,9 @@ def test_fixed_points_equal_greedy_ar_and_trajectories_are_jacobi(tiny64, tmp_pa
 
 def test_batched_collection_equals_one_prompt_at_a_time(tiny64, tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    collect(tiny64.model, [EOS], jobs(), str(a), CFG, progress=False)
+    collect_trajectories(tiny64.model, [EOS], jobs(), str(a), CFG, progress=False)
     one = CollectConfig(CFG.block_size, CFG.max_new_tokens, 1, CFG.seed)
-    collect(tiny64.model, [EOS], jobs(), str(b), one, progress=False)
+    collect_trajectories(tiny64.model, [EOS], jobs(), str(b), one, progress=False)
     assert _records(a) == _records(b)
 
 
@@ -104,16 +104,16 @@ class _Crash(TrajectoryWriter):
 
 def test_resume_after_a_crash_has_no_missing_or_duplicate_records(tiny64, tmp_path):
     ref, p = tmp_path / "ref.jsonl", tmp_path / "t.jsonl"
-    collect(tiny64.model, [EOS], jobs(), str(ref), CFG, progress=False)
+    collect_trajectories(tiny64.model, [EOS], jobs(), str(ref), CFG, progress=False)
     with _Crash(p, after=5) as w, pytest.raises(RuntimeError):
         BatchedJacobiCollector(tiny64.model, [EOS], CFG).run(jobs(), w)
     assert len(read_records(p)) == 5
-    stats = collect(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
+    stats = collect_trajectories(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
     keys = [r.key for r in read_records(p)]
     assert len(keys) == len(set(keys))
     assert _records(p) == _records(ref)
     assert stats.records == len(keys) - 5
-    again = collect(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
+    again = collect_trajectories(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
     assert again.records == 0 and again.prompts_skipped == 7
 
 
@@ -123,8 +123,8 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from tests.conftest import make_tiny
     from tests.test_cllm_collect import CFG, EOS, jobs
-    from fastforward.training.collect import BatchedJacobiCollector
-    from fastforward.training.trajectories import TrajectoryWriter
+    from fastforward.cllm.collect import BatchedJacobiCollector
+    from fastforward.cllm.trajectories import TrajectoryWriter
 
     class Slow(TrajectoryWriter):
         def write(self, rec):
@@ -139,7 +139,7 @@ SCRIPT = textwrap.dedent(
 
 def test_resume_after_sigkill(tiny64, tmp_path):
     ref, p = tmp_path / "ref.jsonl", tmp_path / "t.jsonl"
-    collect(tiny64.model, [EOS], jobs(), str(ref), CFG, progress=False)
+    collect_trajectories(tiny64.model, [EOS], jobs(), str(ref), CFG, progress=False)
     total = len(read_records(ref))
     root = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT.format(root=root, path=str(p))], cwd=root)
@@ -155,7 +155,7 @@ def test_resume_after_sigkill(tiny64, tmp_path):
         f.write('{"prompt_id": "p3", "blo')  # as if killed mid-line
     done = p.read_text().count("\n")
     assert 4 <= done < total
-    collect(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
+    collect_trajectories(tiny64.model, [EOS], jobs(), str(p), CFG, progress=False)
     keys = [r.key for r in read_records(p)]
     assert len(keys) == len(set(keys)) == total
     assert _records(p) == _records(ref)

@@ -7,18 +7,8 @@ import random
 
 import pytest
 
-from fastforward.errors import FastForwardError
-from fastforward.training.augment import (
-    CleanConfig,
-    augment,
-    augment_state,
-    bad_block_reason,
-    clean,
-    longest_run,
-    max_ngram_count,
-    repeated_sentence,
-)
-from fastforward.training.trajectories import (
+from fastforward.cllm.augment import CleanConfig, augment, augment_state, bad_block_reason, clean
+from fastforward.cllm.trajectories import (
     TrajectoryRecord,
     TrajectoryWriter,
     from_json,
@@ -26,6 +16,8 @@ from fastforward.training.trajectories import (
     repair_tail,
     to_consistency_llm,
 )
+from fastforward.errors import FastForwardError
+from fastforward.eval.repetition import longest_run, max_ngram_count, repeated_sentence
 
 
 def rec(pid="p", b=0, prompt=(1, 2, 3), traj=((7, 7, 7), (4, 7, 7), (4, 5, 6)), answer=None, plen=None):

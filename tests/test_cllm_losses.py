@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastforward.training.losses import (
+from fastforward.cllm.losses import (
     ar_loss,
     consistency_loss,
     distance,

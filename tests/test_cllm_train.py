@@ -7,15 +7,16 @@ import random
 
 import pytest
 import torch
+from accelerate import Accelerator
 
 from fastforward.cli import main
+from fastforward.cllm.collect import CollectConfig, PromptJob, collect_trajectories
+from fastforward.cllm.losses import first_wrong_mask
+from fastforward.cllm.packing import collate, pack_prompt
+from fastforward.cllm.trajectories import group_by_prompt, read_records
 from fastforward.core.decoder import GenerationConfig
 from fastforward.decoders.registry import build_decoder
 from fastforward.models.loading import load_model
-from fastforward.training.collect import CollectConfig, PromptJob, collect
-from fastforward.training.losses import first_wrong_mask
-from fastforward.training.packing import collate, pack_prompt
-from fastforward.training.trajectories import group_by_prompt, read_records
 
 from .conftest import make_tiny
 
@@ -27,7 +28,7 @@ def tiny_records(tmp_path_factory):
     tiny = make_tiny(vocab=64, seed=4)
     path = tmp_path_factory.mktemp("traj") / "t.jsonl"
     jobs = [PromptJob(f"p{i}", [3 + i, 8, 9, 10 + i, 12], answer_ids=[20 + i, 21, 22, EOS]) for i in range(3)]
-    collect(
+    collect_trajectories(
         tiny.model,
         [EOS],
         jobs,
@@ -144,7 +145,9 @@ def _tiny_trajectories(tiny_dir, tmp_path, n: int) -> str:
     traj = tmp_path / "traj.jsonl"
     jobs = [PromptJob(f"q{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(n)]
     model = load_model(str(tiny_dir), "float32").model
-    collect(model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, n), progress=False)
+    collect_trajectories(
+        model, [model.config.eos_token_id], jobs, str(traj), CollectConfig(4, 8, n), progress=False
+    )
     return str(traj)
 
 
@@ -194,8 +197,6 @@ def test_training_resume_matches_uninterrupted_run(tiny_dir, tmp_path):
 def test_training_after_another_accelerator_in_the_same_process(tiny_dir, tmp_path):
     """Accelerate's state is process-wide: a Chimera run (default Accelerator) before a CLLM run with bf16
     autocast must not make the second one fail (it did: 'AcceleratorState has already been initialized')."""
-    from accelerate import Accelerator
-
     Accelerator()  # what chimera.train does first in the same process
     traj = _tiny_trajectories(tiny_dir, tmp_path, 2)
     assert _train(tiny_dir, traj, tmp_path / "o", "--max-steps", "1", "--mixed-precision", "bf16") == 0

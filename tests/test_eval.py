@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from fastforward.data import load_dataset
 from fastforward.eval.humaneval import build_program, check_completion, extract_code
 from fastforward.eval.sandbox import run_python
 from fastforward.eval.score import score_file
@@ -43,8 +44,6 @@ def test_body_completion_continues_the_prompt_and_unterminated_fence_is_taken():
 
 
 def test_score_file_adds_quality_per_method_relative_to_ar(tmp_path):
-    from fastforward.data import load_dataset
-
     g = load_dataset("gsm8k", 2)
     h = load_dataset("humaneval", 1)[0]
     gold0, gold1 = g[0].answer, g[1].answer

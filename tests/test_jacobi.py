@@ -8,6 +8,7 @@ import functools
 import pytest
 import torch
 
+from fastforward.core.acceptance import common_prefix
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.jacobi import (
@@ -17,7 +18,6 @@ from fastforward.decoders.jacobi import (
     converged_prefix,
     fast_forward_counts,
     initial_guess,
-    matching_prefix,
     stationary_positions,
 )
 from fastforward.decoders.registry import build_decoder
@@ -60,7 +60,7 @@ def test_converged_prefix_first_token_always_right():
     assert converged_prefix([1, 2, 9], [1, 2, 3]) == 3  # new[2] was computed from right guesses
     assert converged_prefix([1, 2, 3], [1, 2, 3]) == 3
     assert converged_prefix([], []) == 0
-    assert matching_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
 
 
 def test_fast_forward_counts_and_stationary_tokens_on_hand_made_trajectory():

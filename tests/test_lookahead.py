@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from fastforward.core.acceptance import accept_tree, chain_parents
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.masks import tree_depths, tree_visibility
 from fastforward.decoders.lookahead import (
@@ -12,7 +13,6 @@ from fastforward.decoders.lookahead import (
     LookaheadDecoder,
     NGramPool,
     step_layout,
-    verify_greedy,
     window_ngrams,
 )
 from fastforward.decoders.registry import build_decoder
@@ -44,14 +44,21 @@ def test_pool_evicts_least_recently_used_first_token():
     assert pool.candidates(3, 1) == [] and pool.candidates(1, 1) == [(2,)] and pool.candidates(5, 1) == [(6,)]
 
 
-def test_verify_greedy_picks_longest_match_and_bonus():
+def test_pooled_candidates_are_judged_as_chains_from_the_anchor():
+    """lookahead's verification is tree acceptance over [anchor] + candidate chains (one acceptance module)."""
     cands = [(5, 6, 9), (5, 6, 7), (8, 1, 1)]
     # the target's chain: after anchor 5, after 5 -> 6, after 6 -> 7, after 7 -> 4
     outs = [[6, 7, 0], [6, 7, 4], [0, 0, 0]]
-    assert verify_greedy(cands, 5, outs) == (1, 3, 4)
-    assert verify_greedy(cands, 2, outs) == (-1, 0, 2)  # nothing matches: only the target's own token
-    assert verify_greedy([], 3, []) == (-1, 0, 3)
-    assert verify_greedy([(5, 6, 9)], 5, [[6, 8, 0]]) == (0, 2, 8)
+    parents = chain_parents([3, 3, 3])
+    tokens = [0] + [t for c in cands for t in c]
+
+    def judge(anchor_next: int, outputs: list[list[int]]) -> list[int]:
+        return accept_tree(tokens, parents, [anchor_next] + [t for o in outputs for t in o])
+
+    assert judge(5, outs) == [0, 4, 5, 6]  # candidate 1, all three tokens; bonus = its last output (4)
+    assert judge(2, outs) == [0]  # nothing matches: only the target's own token
+    assert accept_tree([0], [-1], [3]) == [0]
+    assert accept_tree([0, 5, 6, 9], chain_parents([3]), [5, 6, 8, 0]) == [0, 1, 2]
 
 
 def test_step_layout_is_the_lookahead_tree():

@@ -7,9 +7,13 @@ import sys
 
 import pytest
 
+from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.hf_generate import HFGenerateDecoder
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import cache_root, is_pulled, load_model
 from fastforward.models.registry import REGISTRY
+
+from .conftest import greedy_config
 
 
 def test_registry_model_loads_from_cache_with_chat_template(smollm2):
@@ -94,11 +98,6 @@ def test_cli_models_list_names_every_registry_model():
 
 @pytest.mark.slow
 def test_second_architecture_gemma3_generates_like_hf():
-    from fastforward.decoders.ar import ARDecoder
-    from fastforward.decoders.hf_generate import HFGenerateDecoder
-
-    from .conftest import greedy_config
-
     gemma = load_model("gemma3-270m", "float32")
     assert gemma.model.config.model_type.startswith("gemma3")
     ids = gemma.tokenizer("The capital of France is")["input_ids"]

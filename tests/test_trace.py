@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fastforward import trace
+from fastforward.cli import main
 from fastforward.decoders.jacobi import BlockTrajectory, JacobiConfig, JacobiDecoder
 from fastforward.errors import FastForwardError
 
@@ -74,9 +75,7 @@ def test_recorded_tiny_trajectory_renders_one_row_per_iterate():
 def test_trace_command_end_to_end(tmp_path, capsys):
     """The CLI on a tiny saved model with a word-level tokenizer, writing HTML."""
     tokenizers = pytest.importorskip("tokenizers")
-    from transformers import PreTrainedTokenizerFast
-
-    from fastforward.cli import main
+    from transformers import PreTrainedTokenizerFast  # after the importorskip: it needs tokenizers
 
     vocab = {f"w{i}": i for i in range(512)}
     tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="w0"))

@@ -11,12 +11,12 @@ import math
 import pytest
 import torch
 
+from fastforward.core.acceptance import typical_threshold
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs
 from fastforward.data import load_dataset, render_prompt
 from fastforward.decoders.speculative.engine import next_gamma
 from fastforward.decoders.speculative.verifiers import (
-    typical_threshold,
     verify_consultant,
     verify_greedy,
     verify_rejection,
@@ -166,7 +166,7 @@ def test_consultant_ema_rule_on_hand_made_logits():
     r2 = 0.2 * r1 + 0.8 * -math.log(0.05)  # 2.41 > 2: reject, take the target's argmax (2)
     assert r2 > 2.0
     assert (v.accepted, v.next_token, v.bonus) == (1, 2, False)
-    assert v.state == pytest.approx(0.2 * r1 + 0.8 * -math.log(0.9))  # the EMA carries the committed token
+    assert v.ema == pytest.approx(0.2 * r1 + 0.8 * -math.log(0.9))  # the EMA carries the committed token
 
 
 def test_consultant_smoothing_lets_one_unlikely_token_through_and_history_counts():

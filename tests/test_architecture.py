@@ -1,0 +1,172 @@
+"""The package's layering, as written in docs/architecture.md, holds for every import in src/fastforward.
+
+docs/architecture.md states the dependency order in a fenced code block with the info string ``layers``:
+one layer per line, lowest first, each line a whitespace-separated list of module prefixes. Modules on one
+line form one layer and may import each other; a module may import from its own layer or any lower one,
+never from a higher one. These tests read that block (so the doc and the code cannot drift apart silently)
+and check, with ``ast`` only (nothing is imported or executed):
+
+- every ``import x`` / ``from x import y`` / relative import, at module level or inside a function, points
+  down (or sideways within a layer);
+- every module under src/fastforward belongs to a listed layer (a new package must be placed in the order).
+
+The package root (``fastforward/__init__.py``) and ``fastforward/__main__.py`` are the entry points that
+dispatch to the CLI, so they are exempt as importers. Dynamic imports (``importlib.import_module``) are not
+seen; imports under ``if TYPE_CHECKING:`` are counted like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SRC = REPO_ROOT / "src"
+PACKAGE = "fastforward"
+ARCH_DOC = REPO_ROOT / "docs" / "architecture.md"
+EXEMPT_IMPORTERS = frozenset({PACKAGE, f"{PACKAGE}.__main__"})
+
+_LAYERS_BLOCK = re.compile(r"^```[ \t]*layers[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # dotted module name of the file holding the import
+    target: str  # dotted module name imported (the submodule when ``from pkg import submodule``)
+    line: int
+
+
+def read_layers(doc: Path) -> list[list[str]]:
+    """The ``layers`` block of ``doc``: one list of module prefixes per layer, lowest layer first."""
+    if not doc.is_file():
+        pytest.fail(f"{doc} is missing: it must hold the package's layer order in a ```layers block")
+    blocks = _LAYERS_BLOCK.findall(doc.read_text(encoding="utf-8"))
+    assert len(blocks) == 1, f"{doc} must hold exactly one ```layers block, found {len(blocks)}"
+    layers = [line.split() for line in blocks[0].splitlines() if line.strip()]
+    assert layers, f"the ```layers block of {doc} is empty"
+    prefixes = [p for layer in layers for p in layer]
+    duplicates = sorted({p for p in prefixes if prefixes.count(p) > 1})
+    assert not duplicates, f"{doc}: prefixes listed twice in the layers block: {duplicates}"
+    return layers
+
+
+def module_name(path: Path) -> str:
+    """src/fastforward/core/sampling.py -> fastforward.core.sampling; a package's __init__ -> the package."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def _resolve_relative(importer: str, is_package: bool, module: str | None, level: int) -> str:
+    """``from ..x import y`` inside ``importer`` -> the absolute module ``..x`` names."""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    if level > 1:
+        base = base[: -(level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def collect_imports(modules: dict[str, Path]) -> list[Import]:
+    """Every fastforward import in every module: ``import``, ``from``, relative, at any nesting depth."""
+    found: list[Import] = []
+    for importer, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (
+                    _resolve_relative(importer, is_package, node.module, node.level)
+                    if node.level
+                    else node.module or ""
+                )
+                # ``from pkg import sub`` imports the submodule pkg.sub when there is one, else names of pkg.
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            for target in targets:
+                if target == PACKAGE or target.startswith(PACKAGE + "."):
+                    found.append(Import(importer, target, node.lineno))
+    return found
+
+
+def layer_of(module: str, layers: list[list[str]]) -> int | None:
+    """The index of the layer whose longest prefix (on dot boundaries) matches ``module``, or None."""
+    best: tuple[int, int] | None = None  # (prefix length, layer index)
+    for index, layer in enumerate(layers):
+        for prefix in layer:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+@pytest.fixture(scope="module")
+def layers() -> list[list[str]]:
+    return read_layers(ARCH_DOC)
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Path]:
+    found = source_modules()
+    assert len(found) > 10, f"expected the fastforward sources under {SRC}, found {sorted(found)}"
+    return found
+
+
+def test_imports_point_down_the_layer_order(layers: list[list[str]], modules: dict[str, Path]) -> None:
+    violations: list[str] = []
+    for imp in sorted(set(collect_imports(modules)), key=lambda i: (i.importer, i.line, i.target)):
+        if imp.importer in EXEMPT_IMPORTERS:
+            continue
+        src_layer, dst_layer = layer_of(imp.importer, layers), layer_of(imp.target, layers)
+        if src_layer is None or dst_layer is None:
+            continue  # an unlisted module: test_every_module_belongs_to_a_layer reports it
+        if dst_layer > src_layer:
+            violations.append(
+                f"{imp.importer} imports {imp.target} (layer {src_layer} -> {dst_layer}), "
+                f"{modules[imp.importer].relative_to(REPO_ROOT)}:{imp.line}"
+            )
+    assert not violations, (
+        f"{len(violations)} import(s) point UP the layer order of {ARCH_DOC.name}:\n" + "\n".join(violations)
+    )
+
+
+def test_every_module_belongs_to_a_layer(layers: list[list[str]], modules: dict[str, Path]) -> None:
+    unlisted = sorted(m for m in modules if m not in EXEMPT_IMPORTERS and layer_of(m, layers) is None)
+    assert not unlisted, (
+        f"modules in no layer of {ARCH_DOC.name} (add them to the ```layers block): {unlisted}"
+    )
+
+
+def test_layer_parsing_and_prefix_matching(tmp_path: Path) -> None:
+    """The helpers themselves: the block is parsed, the longest prefix wins on dot boundaries, relative
+    imports resolve against the importer's package."""
+    doc = tmp_path / "architecture.md"
+    doc.write_text(
+        "text\n```python\nx = 1\n```\n```layers\nfastforward.errors\n\nfastforward.core\n"
+        "fastforward.cli   fastforward.core.x\n```\nmore text\n",
+        encoding="utf-8",
+    )
+    layers = read_layers(doc)
+    assert layers == [["fastforward.errors"], ["fastforward.core"], ["fastforward.cli", "fastforward.core.x"]]
+    assert layer_of("fastforward.core.sampling", layers) == 1
+    assert layer_of("fastforward.core", layers) == 1
+    assert layer_of("fastforward.core.x.y", layers) == 2  # the longer prefix wins
+    assert layer_of("fastforward.corex", layers) is None  # prefixes end on a dot boundary
+    assert layer_of("fastforward", layers) is None
+    assert _resolve_relative("fastforward.core.sampling", False, "decoder", 1) == "fastforward.core.decoder"
+    assert _resolve_relative("fastforward.core", True, "decoder", 1) == "fastforward.core.decoder"
+    assert _resolve_relative("fastforward.decoders.ar", False, "core", 2) == "fastforward.core"
+    assert _resolve_relative("fastforward.decoders.ar", False, None, 1) == "fastforward.decoders"

@@ -1,0 +1,242 @@
+"""``sd-sample`` is lossless in distribution: end to end, its tokens follow the TARGET model's distribution.
+
+Speculative sampling (Leviathan et al. 2023, Chen et al. 2023) promises that accepting draft token x with
+probability min(1, p(x) / q(x)) and resampling a rejection from normalise(max(0, p - q)) yields exactly the
+target's distribution p, whatever the draft q. Token-level unit tests of the verifier cannot see bugs in the
+loop around it (draft probabilities misaligned with draft tokens, a stale draft cache after a rollback, a
+bonus token drawn at the wrong position, temperature / top-k applied to only one side), so this module
+checks the promise through the public API only: ``build_decoder("sd-sample", ...)`` and ``generate``.
+
+Set-up: tiny random-init target and draft (different seeds) with a 12-token vocabulary, their LM heads scaled
+so that the distributions are far from uniform and the draft disagrees often (the acceptance rate is
+asserted to lie in (0.2, 0.9), so the test cannot pass with all-accept or all-reject). For one prompt the
+target's exact joint distribution over the first 4 new tokens is enumerated with full fp32 forwards
+(p(x1) p(x2|x1) p(x3|x1,x2) p(x4|x1..x3)) after the same temperature / top-k processing the decoders use
+(:func:`fastforward.core.sampling.processed_probs`). ``sd-sample`` with gamma 3 then generates 4 tokens
+for each of seeds 0..N-1 (deterministic: the test is not flaky), and chi-square goodness-of-fit tests
+(cells with expected count < 5 pooled) compare the sampled joints of (x1, x2), (x2, x3) and (x3, x4) with
+the exact ones. The first new token always comes from the target's prefill, so x2 is the first speculated
+token: (x2, x3) covers both draft positions, the residual draws, and the draft-cache rollback after a
+rejection; (x3, x4) covers the bonus token drawn after full acceptance.
+
+Controls: the same statistic REJECTS (p < 1e-3) samples of the draft's own distribution (plain AR sampling
+from the draft), so the test has the power to see a wrong distribution; the batched reference is checked
+against the chain rule one prefix at a time, and the p-value function against known values. (Measured power
+on this set-up, by patching the verifier outside the test suite: resampling a rejection from p instead of
+the residual, drawing the bonus token at the wrong position, or pairing draft tokens with the wrong draft
+distributions all give p < 1e-4.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from fastforward.core.decoder import Decoder, GenerationConfig, SamplingConfig
+from fastforward.core.sampling import processed_probs
+from fastforward.decoders.registry import build_decoder
+from fastforward.models.loading import LoadedModel
+
+from .conftest import make_tiny
+
+VOCAB = 12
+LOGIT_SCALE = 3.0  # random init gives near-uniform softmaxes; sharpen both models' LM heads
+PROMPT = [1, 5, 3, 7]
+NEW_TOKENS = 4  # x1 from the prefill; then 2 draft tokens (gamma 3 capped by the room left) + bonus
+N_SAMPLES = 2000
+N_CONTROL = 500
+ALPHA = 1e-3
+MIN_EXPECTED = 5.0
+CONFIGS = [(1.0, 0), (0.7, 5)]  # (temperature, top_k)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny models run fastest single-threaded; restore the setting for the rest of the session."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _sharpened(seed: int) -> LoadedModel:
+    loaded = make_tiny(vocab=VOCAB, seed=seed)
+    with torch.no_grad():
+        loaded.model.lm_head.weight.mul_(LOGIT_SCALE)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def target() -> LoadedModel:
+    return _sharpened(seed=0)
+
+
+@pytest.fixture(scope="module")
+def draft() -> LoadedModel:
+    return _sharpened(seed=1)
+
+
+def sampling(temperature: float, top_k: int, seed: int) -> SamplingConfig:
+    return SamplingConfig(temperature=temperature, top_k=top_k, top_p=1.0, seed=seed)
+
+
+def exact_joint(model: LoadedModel, cfg: SamplingConfig) -> torch.Tensor:
+    """The model's exact distribution over the first NEW_TOKENS new tokens after PROMPT: [V] * NEW_TOKENS.
+
+    One fp32 forward over every continuation of length NEW_TOKENS - 1 (no cache), processed like the
+    decoders process logits; float64 products."""
+    conts = torch.tensor(list(itertools.product(range(VOCAB), repeat=NEW_TOKENS - 1)), dtype=torch.long)
+    ids = torch.cat([torch.tensor(PROMPT).expand(len(conts), -1), conts], dim=1)  # [V^(n-1), P + n - 1]
+    with torch.inference_mode():
+        logits = model.model(input_ids=ids).logits[:, len(PROMPT) - 1 :].float()  # [V^(n-1), n, V]
+    probs = processed_probs(logits, cfg).double()
+    joint = torch.tensor(1.0, dtype=torch.float64)
+    for i in range(NEW_TOKENS):
+        # Step i depends only on the first i continuation tokens (rows are in itertools.product order, the
+        # last token fastest): one row per such prefix, every VOCAB ** (NEW_TOKENS - 1 - i)-th.
+        step = probs[:: VOCAB ** (NEW_TOKENS - 1 - i), i].reshape(*([VOCAB] * (i + 1)))
+        joint = joint.unsqueeze(-1) * step
+    assert torch.allclose(joint.sum(), torch.tensor(1.0, dtype=torch.float64), atol=1e-9)
+    return joint
+
+
+def chi_square_pvalue(observed: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, float]:
+    """Pearson's goodness of fit of counts ``observed`` to cell probabilities ``probs`` (same shape).
+
+    Cells with expected count < MIN_EXPECTED are pooled into one cell (merged into the smallest other cell
+    if the pool is still below MIN_EXPECTED). Returns (statistic, degrees of freedom, p-value)."""
+    obs = observed.flatten().double()
+    expected = probs.flatten().double() * obs.sum()
+    big = expected >= MIN_EXPECTED
+    cells_obs, cells_exp = obs[big], expected[big]
+    pool_obs, pool_exp = obs[~big].sum(), expected[~big].sum()
+    if pool_exp >= MIN_EXPECTED:
+        cells_obs = torch.cat([cells_obs, pool_obs[None]])
+        cells_exp = torch.cat([cells_exp, pool_exp[None]])
+    elif pool_exp > 0 or pool_obs > 0:
+        smallest = int(cells_exp.argmin())
+        cells_obs[smallest] += pool_obs
+        cells_exp[smallest] += pool_exp
+    stat = float(((cells_obs - cells_exp) ** 2 / cells_exp).sum())
+    df = len(cells_exp) - 1
+    pvalue = float(
+        torch.special.gammaincc(
+            torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
+        )
+    )
+    return stat, df, pvalue
+
+
+def counts(samples: list[list[int]], a: int, b: int) -> torch.Tensor:
+    """The [V, V] table of how often (token a, token b) occurred."""
+    table = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
+    for s in samples:
+        table[s[a], s[b]] += 1
+    return table
+
+
+def pair_marginal(joint: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """The exact [V, V] marginal of new tokens (a, b) from the full joint."""
+    return joint.sum(dim=[d for d in range(NEW_TOKENS) if d not in (a, b)])
+
+
+def assert_follows(samples: list[list[int]], joint: torch.Tensor, label: str) -> None:
+    """Every sample lies in the support of ``joint``, and the (x1,x2), (x2,x3), (x3,x4) joints fit it."""
+    outside = [s for s in samples if joint[tuple(s)] == 0]
+    assert not outside, (
+        f"{label}: {len(outside)} samples have probability 0 under the target, e.g. {outside[:5]}"
+    )
+    report = []
+    for a in range(NEW_TOKENS - 1):
+        stat, df, pvalue = chi_square_pvalue(counts(samples, a, a + 1), pair_marginal(joint, a, a + 1))
+        assert df >= 5, f"{label}: too few cells for a meaningful test of tokens ({a + 1}, {a + 2}): df={df}"
+        report.append((a, stat, df, pvalue))
+    failed = [r for r in report if r[3] <= ALPHA]
+    assert not failed, f"{label}: sampled joints differ from the target's:\n" + "\n".join(
+        f"  tokens ({a + 1}, {a + 2}): chi2={stat:.1f}, df={df}, p={pvalue:.2e}"
+        for a, stat, df, pvalue in failed
+    )
+
+
+def generate_all(
+    decoder: Decoder, temperature: float, top_k: int, n: int, new_tokens: int = NEW_TOKENS
+) -> tuple[list[list[int]], list[dict[str, Any]]]:
+    """Generate ``new_tokens`` tokens after PROMPT once per seed 0..n-1: the samples and each run's extras."""
+    samples: list[list[int]] = []
+    extras: list[dict[str, Any]] = []
+    for seed in range(n):
+        result = decoder.generate(
+            PROMPT,
+            GenerationConfig(
+                max_new_tokens=new_tokens, eos_token_ids=(), sampling=sampling(temperature, top_k, seed)
+            ),
+        )
+        assert len(result.tokens) == new_tokens
+        samples.append(result.tokens)
+        extras.append(result.stats.extras)
+    return samples, extras
+
+
+@pytest.mark.parametrize(("temperature", "top_k"), CONFIGS)
+def test_sd_sample_reproduces_the_target_distribution(
+    target: LoadedModel, draft: LoadedModel, temperature: float, top_k: int
+) -> None:
+    joint = exact_joint(target, sampling(temperature, top_k, 0))
+    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3})
+    samples, extras = generate_all(decoder, temperature, top_k, N_SAMPLES)
+
+    proposed = sum(e["spec_proposed"] for e in extras)
+    accepted = sum(e["spec_accepted"] for e in extras)
+    assert proposed >= N_SAMPLES, f"the draft proposed only {proposed} tokens in {N_SAMPLES} generations"
+    rate = accepted / proposed
+    assert 0.2 < rate < 0.9, f"acceptance rate {rate:.3f}: the test needs both acceptances and rejections"
+
+    assert_follows(samples, joint, f"sd-sample T={temperature} top_k={top_k} (acceptance {rate:.2f})")
+
+
+@pytest.mark.parametrize(("temperature", "top_k"), CONFIGS)
+def test_negative_control_draft_samples_are_rejected(
+    target: LoadedModel, draft: LoadedModel, temperature: float, top_k: int
+) -> None:
+    """The same statistic on the DRAFT's own samples must reject them: the test can see a wrong distribution."""
+    joint = exact_joint(target, sampling(temperature, top_k, 0))
+    on_draft, _ = generate_all(build_decoder("ar", draft, None, {}), temperature, top_k, N_CONTROL, 2)
+    _, df, pvalue = chi_square_pvalue(counts(on_draft, 0, 1), pair_marginal(joint, 0, 1))
+    assert df >= 5, f"too few cells for a meaningful test: df={df}"
+    assert pvalue < ALPHA, f"the draft's own samples fit the target's distribution (p={pvalue:.2e}): no power"
+
+
+@pytest.mark.parametrize(("temperature", "top_k"), CONFIGS)
+def test_reference_joint_is_the_chain_rule(target: LoadedModel, temperature: float, top_k: int) -> None:
+    """The batched enumeration equals p(x1) p(x2|x1) ... computed one prefix at a time."""
+    cfg = sampling(temperature, top_k, 0)
+    joint = exact_joint(target, cfg)
+    flat = joint.flatten()
+    picks = torch.multinomial(flat, 6, generator=torch.Generator().manual_seed(0)).tolist()
+    picks += [int(flat.argmax()), int(flat.argmin())]
+    for index in picks:
+        tokens = [int(t) for t in torch.unravel_index(torch.tensor(index), joint.shape)]
+        prob, seq = 1.0, list(PROMPT)
+        for tok in tokens:
+            with torch.inference_mode():
+                logits = target.model(input_ids=torch.tensor([seq])).logits[0, -1]
+            prob *= float(processed_probs(logits, cfg)[tok])
+            seq.append(tok)
+        assert float(flat[index]) == pytest.approx(prob, rel=1e-4, abs=1e-9), f"tokens {tokens}"
+
+
+def test_chi_square_pvalue_known_values() -> None:
+    stat, df, pvalue = chi_square_pvalue(torch.tensor([60.0, 40.0]), torch.tensor([0.5, 0.5]))
+    assert (stat, df) == (pytest.approx(4.0), 1)
+    assert pvalue == pytest.approx(0.0455003, rel=1e-5)  # chi2.sf(4, 1)
+    # expected [50, 49, 0.5, 0.5]: the two small cells are pooled, the pool (1.0 < 5) joins the 49 cell.
+    stat, df, pvalue = chi_square_pvalue(
+        torch.tensor([50.0, 48.0, 1.0, 1.0]), torch.tensor([0.5, 0.49, 0.005, 0.005])
+    )
+    assert (stat, df, pvalue) == (pytest.approx(0.0), 1, pytest.approx(1.0))
+    _, df, pvalue = chi_square_pvalue(torch.full((10,), 100.0) + torch.arange(10.0), torch.full((10,), 0.1))
+    assert df == 9 and 0.99 < pvalue <= 1.0
