@@ -10,6 +10,7 @@ import pytest
 from fastforward.chimera.model import TrigramLRU
 from fastforward.chimera.train import new_draft
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
+from fastforward.core.options import check_config
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions, build
 from fastforward.errors import FastForwardError
@@ -138,4 +139,4 @@ def test_build_rejects_missing_heads_and_unknown_options(tmp_path):
     with pytest.raises(FastForwardError, match="no Chimera draft"):
         build("chimera", tiny, None, {"heads": str(tmp_path)})
     with pytest.raises(FastForwardError, match="tree"):
-        ChimeraOptions(tree="dynamic").validate()
+        check_config(ChimeraOptions(tree="dynamic"), "chimera")

@@ -64,3 +64,13 @@ def test_chain_acceptance_and_typical_trees_on_hand_made_inputs() -> None:
     # (token 0) under the root: p = 0.1 > threshold min(0.09, 0.3 e^-H) -> accepted but shallower
     assert accept_tree_typical([0, 1, 2, 0], chain_parents([2, 1]), probs) == [0, 1, 2]
     assert accept_tree_typical([0], [-1], probs[:1]) == [0]
+
+
+def test_every_result_names_the_instruction_set() -> None:
+    """Machines of one kind differ (AVX-512 + bf16 vs AVX2); the hardware line must say which ran."""
+    import torch
+
+    from fastforward.hardware import cpu_isa, describe
+
+    assert cpu_isa().startswith(torch.backends.cpu.get_cpu_capability())
+    assert f"ISA {cpu_isa()}" in describe()
