@@ -187,3 +187,22 @@ def test_draft_stop_shortens_chains_and_stays_exact():
     assert full.tokens == short.tokens == ref
     assert short.stats.extras["spec_proposed"] <= short.stats.extras["spec_steps"]  # <= one token per chain
     assert full.stats.extras["spec_proposed"] > short.stats.extras["spec_proposed"]
+
+
+def test_incremental_ngram_index_equals_the_full_scan():
+    """The index prompt lookup keeps as the sequence grows answers exactly like scanning it every step."""
+    import random
+
+    from fastforward.decoders.speculative.drafters import NGramIndex
+
+    rng = random.Random(0)
+    for trial in range(40):
+        lo, hi = rng.choice([(1, 1), (1, 3), (2, 4)])
+        index = NGramIndex(hi, lo)
+        seq = [rng.randrange(4 if trial % 2 else 12) for _ in range(rng.randrange(1, 20))]
+        for _ in range(30):
+            index.extend(seq)
+            assert index.continuation(5) == find_ngram_continuation(seq, 5, hi, lo), (seq, lo, hi)
+            seq = seq + [rng.randrange(4 if trial % 2 else 12) for _ in range(rng.randrange(1, 4))]
+        index.extend([1, 2, 1])  # not an extension: the index starts over
+        assert index.continuation(3) == find_ngram_continuation([1, 2, 1], 3, hi, lo)

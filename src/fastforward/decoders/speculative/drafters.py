@@ -104,6 +104,37 @@ def find_ngram_continuation(tokens: list[int], gamma: int, ngram_max: int, ngram
     return []
 
 
+class NGramIndex:
+    """The most recent start of every n-gram (ngram_min <= n <= ngram_max) that some token follows, kept up to
+    date as the sequence grows, so a lookup costs O(ngram_max) instead of a scan of the whole sequence.
+
+    ``continuation`` returns exactly what :func:`find_ngram_continuation` returns for the same tokens."""
+
+    def __init__(self, ngram_max: int, ngram_min: int) -> None:
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.tokens: list[int] = []
+        self.last: dict[tuple[int, ...], int] = {}
+
+    def extend(self, tokens: list[int]) -> None:
+        """Index ``tokens``, which must extend what was indexed before (else the index starts over)."""
+        n_old = len(self.tokens)
+        if len(tokens) < n_old or tokens[:n_old] != self.tokens:
+            self.tokens, self.last, n_old = [], {}, 0
+        self.tokens = list(tokens)
+        # an n-gram is indexed once a token follows it: starts s with s + n <= len - 1
+        for end in range(max(n_old - 1, 0), len(tokens) - 1):  # n-grams ending at index end
+            for n in range(self.ngram_min, min(self.ngram_max, end + 1) + 1):
+                self.last[tuple(tokens[end - n + 1 : end + 1])] = end - n + 1
+
+    def continuation(self, gamma: int) -> list[int]:
+        t, length = self.tokens, len(self.tokens)
+        for n in range(min(self.ngram_max, length - 1), self.ngram_min - 1, -1):
+            start = self.last.get(tuple(t[length - n :]))
+            if start is not None:
+                return t[start + n : start + n + gamma]
+        return []
+
+
 class PromptLookupDrafter:
     """N-gram matching over prompt + output (Saxena 2023, prompt lookup decoding): deterministic drafts."""
 
@@ -111,12 +142,14 @@ class PromptLookupDrafter:
         if not 1 <= ngram_min <= ngram_max:
             raise FastForwardError(f"need 1 <= ngram_min <= ngram_max, got {ngram_min} and {ngram_max}")
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.reset()
 
     def reset(self) -> None:
-        pass
+        self.index = NGramIndex(self.ngram_max, self.ngram_min)
 
     def propose(self, ctx: DraftContext) -> Proposal:
-        return Proposal(find_ngram_continuation(ctx.tokens, ctx.gamma, self.ngram_max, self.ngram_min))
+        self.index.extend(ctx.tokens)
+        return Proposal(self.index.continuation(ctx.gamma))
 
     def observe(self, accepted: int) -> None:
         pass
