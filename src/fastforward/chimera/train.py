@@ -22,7 +22,6 @@ import torch
 from accelerate import Accelerator
 from torch.nn import functional as F
 
-from fastforward.chimera.checkpoint import load_draft as load_draft  # re-export until decoders.chimera moves
 from fastforward.chimera.checkpoint import save_draft, target_matrices
 from fastforward.chimera.data import load_record, records
 from fastforward.chimera.model import ChimeraConfig, ChimeraDraft

@@ -110,13 +110,16 @@ class Run:
     tokens: list[int] = field(default_factory=list)  # new tokens committed so far
     done: bool = False
 
-    def commit(self, new: Sequence[int]) -> list[int]:
+    def commit(self, new: Sequence[int], counted: bool = True) -> list[int]:
         """Commit the tokens one target forward produced (cut at EOS / the length cap) and count the forward.
 
-        Returns the tokens kept; ``done`` says whether the generation is over."""
+        ``counted=False`` commits tokens whose forwards are unknown (a peer's ``generate()`` with assistance).
+        ``tokens`` is extended in place, so a decoder may keep a reference to it. Returns the tokens kept;
+        ``done`` says whether the generation is over."""
         keep, self.done = apply_stops(self.tokens, new, self.config)
         self.tokens += keep
-        self.stats.record_step(len(keep))
+        if counted:
+            self.stats.record_step(len(keep))
         self.emit(keep)
         return keep
 

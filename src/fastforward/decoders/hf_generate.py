@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.decoder import Decoder, Run, apply_stops, require_draft
+from fastforward.core.decoder import Decoder, Run, require_draft
 from fastforward.core.options import build_config
 from fastforward.decoders.speculative_checks import check_same_tokenizer
 
@@ -46,17 +46,15 @@ class HFGenerateDecoder(Decoder):
             pad_token_id=eos[0] if eos else None,
             **kwargs,
         )
-        tokens, _ = apply_stops([], out[0, prompt_ids.shape[1] :].tolist(), config)
-        if (
-            self.assistant is None
-        ):  # generate() reports no per-step counts; unassisted it is one forward a token
-            for t in tokens:
-                run.commit([t])
-        else:
-            run.commit(tokens)
-            run.stats.target_forwards = 0  # unknown: generate() does not expose it
-            run.stats.accepted_per_step.clear()
+        tokens = out[0, prompt_ids.shape[1] :].tolist()
+        if self.assistant is not None:  # generate() does not expose its target forwards
+            run.commit(tokens, counted=False)
             run.stats.extras["target_forwards_unknown"] = True
+            return
+        for t in tokens:  # unassisted it is one forward a token
+            run.commit([t])
+            if run.done:
+                return
 
 
 def build(name: str, target, draft, options: dict) -> HFGenerateDecoder:

@@ -60,8 +60,7 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         adaptive=o.adaptive,
         gamma_max=o.gamma_max if o.gamma_max is not None else max(12, o.gamma),
         require_sampling=name == "sd-sample",
-    )
-    spec.validate()
+    )  # validated by SpeculativeDecoder
     if name in DRAFT_MODEL_METHODS:
         require_draft(name, draft)
         check_same_tokenizer(target, draft)
