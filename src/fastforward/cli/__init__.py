@@ -17,6 +17,7 @@ from fastforward.errors import FastForwardError
 
 COMMANDS = (
     "models",
+    "costs",
     "generate",
     "bench",
     "report",

@@ -24,7 +24,7 @@ from fastforward.models.loading import load_model
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-chimera", help="train (and evaluate) a Chimera draft for a target model")
-    add_model_args(p, draft=False)
+    add_model_args(p, draft=False, path=False)
     p.add_argument("--out", required=True, help="directory for the draft (draft.safetensors + config)")
     p.add_argument("--data", default=None, help="self-distillation cache (default OUT/data)")
     p.add_argument("--sharegpt", type=int, default=40, help="training prompts from ShareGPT")

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from fastforward.errors import FastForwardError
+from fastforward.models.kernels import check_path, prepare
 from fastforward.log import log
 from fastforward.models.registry import REGISTRY, ModelSpec
 
@@ -205,9 +206,10 @@ def _resolve(ref: str) -> tuple[str, Path]:
 
 
 def load_model(
-    ref: str, dtype: str = "float32", device: str = "cpu", threads: int | None = None
+    ref: str, dtype: str = "float32", device: str = "cpu", threads: int | None = None, path: str = "default"
 ) -> LoadedModel:
-    """Load a model for inference. ``ref``: registry name, HF directory or .gguf file."""
+    """Load a model for inference. ``ref``: registry name, HF directory or .gguf file; ``path``: the kernel
+    path of its linear layers (:mod:`fastforward.models.kernels`)."""
     # here, not at the top: the Auto classes add ~0.6 s (python -X importtime) to every CLI start-up
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -217,6 +219,8 @@ def load_model(
         raise FastForwardError("device 'cuda' requested but no CUDA GPU is available")
     if threads:
         torch.set_num_threads(threads)
+    check_path(path, DTYPES[dtype])  # before the (slow) load
+    kernel_path = path
     name, path = _resolve(ref)
     try:
         with warnings.catch_warnings():
@@ -227,4 +231,5 @@ def load_model(
         raise FastForwardError(f"could not load model from {path}: {type(e).__name__}: {e}") from None
     model = model.to(device).eval()
     model.requires_grad_(False)
+    prepare(model, kernel_path)
     return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype)

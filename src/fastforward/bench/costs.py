@@ -1,0 +1,134 @@
+"""What a forward over k new tokens costs on this machine, and what to run given those costs.
+
+Every parallel method trades target forwards for wider ones; whether that pays depends on the curve
+ms(k) / ms(1) of the model in the dtype and kernel path used, which differs between CPUs (AVX-512 with
+bf16 instructions: bf16 ~1.1-1.4x at k=16; AVX2 only: bf16 5-11x, fp32 ~2-3x with the default GEMM).
+So the curve is measured, not assumed: once per (model, dtype, path, ISA, torch), cached as JSON under
+``$FASTFORWARD_CACHE/costs``, and the choices below (dtype and path for AR and for verify forwards)
+are pure functions of recorded curves, testable with curves from both kinds of CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fastforward.core.cache import new_cache, rollback
+from fastforward.hardware import cpu_isa
+from fastforward.models.kernels import path_of
+from fastforward.models.loading import LoadedModel, cache_root
+
+KS = (1, 2, 4, 8, 16, 32)
+
+
+@torch.inference_mode()
+def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int = 5) -> float:
+    """Median wall time (ms) of one forward over ``k`` new tokens after a cached ``context``-token prefix,
+    logits for every new token (as a verify forward needs). The cache is rolled back after each."""
+    device = next(model.parameters()).device
+    vocab = model.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+    block = torch.randint(0, vocab, (1, k), generator=gen).to(device)
+    cache = new_cache(model)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    pos = torch.arange(context, context + k, device=device)[None]
+    times = []
+    for i in range(repeats + 1):  # the first is a warm-up
+        t = time.perf_counter()
+        model(input_ids=block, position_ids=pos, past_key_values=cache, use_cache=True)
+        if i:
+            times.append((time.perf_counter() - t) * 1e3)
+        rollback(cache, context)
+    return sorted(times)[len(times) // 2]
+
+
+def cost_curve(
+    loaded: LoadedModel, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
+) -> list[dict]:
+    """Records ``model, dtype, isa, path, k, ms, relative_to_k1`` (the ``cost_curves`` schema)."""
+    ms = {k: forward_ms(loaded.model, k, context, repeats) for k in sorted(set(ks) | {1})}
+    isa, path = cpu_isa(), path_of(loaded.model)
+    return [
+        {"model": loaded.name, "dtype": loaded.dtype, "isa": isa, "path": path, "k": k,
+         "ms": round(ms[k], 3), "relative_to_k1": round(ms[k] / ms[1], 3)}
+        for k in ks
+    ]  # fmt: skip
+
+
+def cache_file(model: str, dtype: str, path: str) -> Path:
+    key = f"{model}-{dtype}-{path}-{cpu_isa()}-torch{torch.__version__}-{torch.get_num_threads()}t"
+    return cache_root() / "costs" / (re.sub(r"[^A-Za-z0-9.+_-]+", "_", key) + ".json")
+
+
+def cached_curve(loaded: LoadedModel, refresh: bool = False, **kw) -> list[dict]:
+    """The curve from the per-machine cache, measured (and stored) when missing or ``refresh``."""
+    f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model))
+    if f.exists() and not refresh:
+        return json.loads(f.read_text())
+    curve = cost_curve(loaded, **kw)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(curve, indent=1))
+    tmp.replace(f)
+    return curve
+
+
+# --------------------------------------------------------------------------- choices from recorded curves
+
+
+@dataclass(frozen=True)
+class Choice:
+    dtype: str
+    path: str
+    ms: float  # forward cost at the k the choice was made for
+    why: str
+
+
+def _ms_at(curve: list[dict], k: int) -> float | None:
+    """ms at ``k``, linearly interpolated between measured points; None outside the measured range."""
+    pts = sorted((r["k"], r["ms"]) for r in curve)
+    for (k0, m0), (k1, m1) in zip(pts, pts[1:], strict=False):
+        if k0 <= k <= k1:
+            return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
+    return pts[0][1] if pts and pts[0][0] == k else None
+
+
+def group_curves(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Records of one model grouped by (dtype, path)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        out.setdefault((r["dtype"], r["path"]), []).append(r)
+    return out
+
+
+def choose(records: list[dict], k: int) -> Choice:
+    """The (dtype, path) with the cheapest forward over ``k`` tokens among the measured ones.
+
+    k=1 is the AR / drafting choice; a parallel method asks at its block size. fp16 is never chosen for
+    multi-token forwards here because it is not measured by default (its CPU GEMM grows fastest)."""
+    best: Choice | None = None
+    for (dtype, path), curve in sorted(group_curves(records).items()):
+        ms = _ms_at(curve, k)
+        if ms is not None and (best is None or ms < best.ms):
+            best = Choice(dtype, path, ms, "")
+    if best is None:
+        raise ValueError(f"no recorded cost curve covers k={k}")
+    others = ", ".join(
+        f"{d}/{p} {m:.1f} ms"
+        for (d, p), c in sorted(group_curves(records).items())
+        if (m := _ms_at(c, k)) is not None and (d, p) != (best.dtype, best.path)
+    )
+    why = f"k={k}: {best.dtype}/{best.path} {best.ms:.1f} ms" + (f" (vs {others})" if others else "")
+    return Choice(best.dtype, best.path, best.ms, why)
+
+
+def parallel_pays(records: list[dict], k: int, tokens_per_forward: float) -> bool:
+    """Whether a method committing ``tokens_per_forward`` per k-token forward (in its best configuration)
+    beats AR in AR's best configuration: cost per token ms(k)/tpf vs the cheapest 1-token forward."""
+    return choose(records, k).ms / tokens_per_forward < choose(records, 1).ms

@@ -1,0 +1,131 @@
+"""Kernel paths (prepacked linears) and cost curves with the choices made from them.
+
+No ISA is assumed: where oneDNN may refuse a dtype on one CPU and accept it on another, both outcomes are
+checked for what they must be. The chooser is fed curves recorded on both kinds of CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fastforward.bench import costs
+from fastforward.core.decoder import GenerationConfig
+from fastforward.decoders.registry import build_decoders
+from fastforward.errors import FastForwardError
+from fastforward.models.kernels import PackedLinear, check_path, path_of, prepare
+from tests.conftest import make_tiny
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 48), (1, 7, 48), (3, 48)])
+def test_packed_linear_matches_linear(bias, shape):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 40, bias=bias)
+    packed = PackedLinear(lin, rows=8)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x), lin(x), rtol=1e-5, atol=1e-5)
+    assert packed.weight is lin.weight
+
+
+def test_prepare_swaps_every_linear_and_keeps_outputs():
+    ref = make_tiny()
+    m = make_tiny()
+    prepare(m.model, "prepacked")
+    assert path_of(m.model) == "prepacked" and path_of(ref.model) == "default"
+    assert not any(type(x) is torch.nn.Linear for x in m.model.modules())
+    assert sum(isinstance(x, PackedLinear) for x in m.model.modules()) == 2 * 7 + 1  # q k v o gate up down, head
+    ids = torch.randint(0, 500, (1, 23))
+    with torch.no_grad():
+        torch.testing.assert_close(m.model(ids).logits, ref.model(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_tied_embeddings_stay_tied():
+    m = make_tiny()
+    m.model.lm_head.weight = m.model.model.embed_tokens.weight
+    prepare(m.model, "prepacked")
+    assert m.model.lm_head.weight is m.model.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize("method", ["jacobi", "lookahead", "pld"])
+def test_parallel_methods_exact_on_prepacked_path(method):
+    """Lossless within the path: every method on prepacked weights equals AR on the same weights."""
+    m = prepare(make_tiny(seed=3).model, "prepacked")
+    loaded = make_tiny(seed=3)
+    loaded.model = m
+    config = GenerationConfig(max_new_tokens=40, eos_token_ids=())
+    decoders = build_decoders(f"ar,{method}", loaded, None, {})
+    prompt = torch.randint(0, 500, (1, 12), generator=torch.Generator().manual_seed(1))
+    outs = [d.generate(prompt, config).tokens for d in decoders.values()]
+    assert len(outs[0]) == 40 and outs[1] == outs[0]
+
+
+def test_unknown_path_and_unsupported_dtype_are_one_line_errors():
+    with pytest.raises(FastForwardError, match="unknown path"):
+        check_path("fast", torch.float32)
+    check_path("prepacked", torch.float32)  # fp32 runs wherever oneDNN exists (x86 CPUs)
+    try:  # bf16: oneDNN runs it on AVX-512/AVX-NE-CONVERT CPUs and refuses elsewhere
+        check_path("prepacked", torch.bfloat16)
+    except FastForwardError as e:
+        assert "\n" not in str(e) and "float32" in str(e)
+    else:
+        m = make_tiny()
+        m.model.to(torch.bfloat16)
+        prepare(m.model, "prepacked")
+        with torch.no_grad():
+            assert torch.isfinite(m.model(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_cost_curve_schema_and_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTFORWARD_CACHE", str(tmp_path))
+    m = make_tiny()
+    curve = costs.cached_curve(m, ks=(1, 2, 8), context=16, repeats=1)
+    assert [r["k"] for r in curve] == [1, 2, 8]
+    assert set(curve[0]) == {"model", "dtype", "isa", "path", "k", "ms", "relative_to_k1"}
+    assert curve[0]["relative_to_k1"] == 1.0 and all(r["ms"] > 0 for r in curve)
+    assert json.loads(costs.cache_file("tiny-llama", "float32", "default").read_text()) == curve
+
+    def measured_again(*a, **k):
+        raise AssertionError("a cached curve must not be measured again")
+
+    monkeypatch.setattr(costs, "cost_curve", measured_again)
+    assert costs.cached_curve(m) == curve
+
+
+def _curve(dtype: str, path: str, isa: str, k1: float, rel: dict[int, float]) -> list[dict]:
+    return [{"model": "smollm2-135m", "dtype": dtype, "isa": isa, "path": path, "k": k, "ms": k1 * r,
+             "relative_to_k1": r} for k, r in {1: 1.0, **rel}.items()]  # fmt: skip
+
+
+# SmolLM2-135M, forward over k tokens after a 200-token prompt (docs/environment facts, 2026-11-22/23).
+AVX2 = (
+    _curve("float32", "default", "AVX2", 72, {4: 1.67, 8: 1.73, 16: 1.91, 32: 3.3})
+    + _curve("bfloat16", "default", "AVX2", 60, {4: 1.55, 8: 2.51, 16: 4.76, 32: 8.96})
+    + _curve("float32", "prepacked", "AVX2", 66, {4: 1.11, 8: 1.25, 16: 1.6, 32: 1.95})
+)
+AVX512_BF16 = _curve("float32", "default", "AVX512 (+bf16)", 53, {4: 1.7, 8: 1.9, 16: 2.1, 32: 2.7}) + _curve(
+    "bfloat16", "default", "AVX512 (+bf16)", 29, {4: 1.05, 8: 1.1, 16: 1.3, 32: 1.8}
+)
+
+
+def test_choose_from_recorded_curves_of_both_cpus():
+    # AVX-512 with bf16 instructions: bf16 is the cheapest for AR and for an 8-token verify forward
+    assert (costs.choose(AVX512_BF16, 1).dtype, costs.choose(AVX512_BF16, 8).dtype) == ("bfloat16", "bfloat16")
+    # AVX2 only: bf16 stays the cheapest 1-token path, but a verify forward is cheapest in fp32 prepacked
+    ar, verify = costs.choose(AVX2, 1), costs.choose(AVX2, 8)
+    assert (ar.dtype, ar.path) == ("bfloat16", "default")
+    assert (verify.dtype, verify.path) == ("float32", "prepacked")
+    assert "bfloat16/default" in verify.why
+    # interpolation between measured k
+    assert costs.choose(AVX2, 6).ms == pytest.approx(66 * (1.11 + 1.25) / 2)
+    with pytest.raises(ValueError):
+        costs.choose(AVX2, 64)
+
+
+def test_parallel_pays_only_with_enough_tokens_per_forward():
+    # AVX2: 8-token forward 82.5 ms (fp32 prepacked) vs the best 1-token forward 60 ms (bf16)
+    assert not costs.parallel_pays(AVX2, 8, 1.3)
+    assert costs.parallel_pays(AVX2, 8, 1.5)
+    assert costs.parallel_pays(AVX512_BF16, 8, 1.2)
