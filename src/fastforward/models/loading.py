@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from fastforward.errors import FastForwardError
-from fastforward.models.kernels import check_path, prepare
 from fastforward.log import log
+from fastforward.models.kernels import check_path, prepare
 from fastforward.models.registry import REGISTRY, ModelSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
