@@ -36,7 +36,9 @@ def test_prepare_swaps_every_linear_and_keeps_outputs():
     prepare(m.model, "prepacked")
     assert path_of(m.model) == "prepacked" and path_of(ref.model) == "default"
     assert not any(type(x) is torch.nn.Linear for x in m.model.modules())
-    assert sum(isinstance(x, PackedLinear) for x in m.model.modules()) == 2 * 7 + 1  # q k v o gate up down, head
+    assert (
+        sum(isinstance(x, PackedLinear) for x in m.model.modules()) == 2 * 7 + 1
+    )  # q k v o gate up down, head
     ids = torch.randint(0, 500, (1, 23))
     with torch.no_grad():
         torch.testing.assert_close(m.model(ids).logits, ref.model(ids).logits, rtol=1e-4, atol=1e-4)
@@ -112,7 +114,10 @@ AVX512_BF16 = _curve("float32", "default", "AVX512 (+bf16)", 53, {4: 1.7, 8: 1.9
 
 def test_choose_from_recorded_curves_of_both_cpus():
     # AVX-512 with bf16 instructions: bf16 is the cheapest for AR and for an 8-token verify forward
-    assert (costs.choose(AVX512_BF16, 1).dtype, costs.choose(AVX512_BF16, 8).dtype) == ("bfloat16", "bfloat16")
+    assert (costs.choose(AVX512_BF16, 1).dtype, costs.choose(AVX512_BF16, 8).dtype) == (
+        "bfloat16",
+        "bfloat16",
+    )
     # AVX2 only: bf16 stays the cheapest 1-token path, but a verify forward is cheapest in fp32 prepacked
     ar, verify = costs.choose(AVX2, 1), costs.choose(AVX2, 8)
     assert (ar.dtype, ar.path) == ("bfloat16", "default")
@@ -129,3 +134,38 @@ def test_parallel_pays_only_with_enough_tokens_per_forward():
     assert not costs.parallel_pays(AVX2, 8, 1.3)
     assert costs.parallel_pays(AVX2, 8, 1.5)
     assert costs.parallel_pays(AVX512_BF16, 8, 1.2)
+
+
+def test_untied_linears_keep_only_packed_weights():
+    """Three copies of a 1.5B fp32 model would not fit in 24 GiB: untied originals are released."""
+    m = make_tiny()
+    prepare(m.model, "prepacked")
+    assert m.model.model.layers[0].mlp.up_proj.weight is None
+    assert m.model.lm_head.weight is None  # tiny models are untied
+
+
+def test_cpu_speed_records_are_flat_and_name_both_baselines():
+    from fastforward.bench.cpu_speed import FASTEST_AR, _records
+
+    def method(tps, lossless=True, ident=1.0, tpf=1.0, extras=None):
+        return {"tokens_per_s": tps, "speedup_vs_ar": tps / 4.0, "lossless": lossless, "samples": 2,
+                "mean_accepted_tokens": tpf, "draft_time_share": 0.0, "identical_to_ar": ident,
+                "extras": extras or {}}  # fmt: skip
+
+    result = {"model": "m", "dtype": "float32", "dataset": "gsm8k", "max_new_tokens": 64, "path": "prepacked",
+              "methods": {"ar": method(4.0), "pld": method(6.0, tpf=2.0), "hf_pld": method(5.0, extras={"target_forwards_unknown": True}),
+                          FASTEST_AR: method(5.0, ident=0.5)}}  # fmt: skip
+    recs = {r["label"]: r for r in _records(result, {FASTEST_AR: ("bfloat16", "default")}, 5.0)}
+    keys = {"model", "dtype", "dataset", "method", "lossless", "samples", "max_new_tokens", "tokens_per_s",
+            "speedup_vs_ar", "speedup_vs_fastest_ar", "tokens_per_forward", "draft_time_share",
+            "identical_to_ar_fp32"}  # fmt: skip
+    assert all(keys <= set(r) for r in recs.values())
+    assert recs["pld"]["speedup_vs_ar"] == 1.5 and recs["pld"]["speedup_vs_fastest_ar"] == 1.2
+    assert (recs[FASTEST_AR]["method"], recs[FASTEST_AR]["dtype"], recs[FASTEST_AR]["path"]) == (
+        "ar",
+        "bfloat16",
+        "default",
+    )
+    assert recs[FASTEST_AR]["identical_to_ar_fp32"] == 0.5  # bf16 agreement with fp32 AR, reported not hidden
+    assert recs["hf_pld"]["tokens_per_forward"] is None
+    assert recs["pld"]["path"] == "prepacked"

@@ -18,6 +18,7 @@ from fastforward.errors import FastForwardError
 COMMANDS = (
     "models",
     "costs",
+    "cpu_speed",
     "generate",
     "bench",
     "report",
