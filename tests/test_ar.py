@@ -8,6 +8,7 @@ import torch
 from fastforward.core.decoder import GenerationConfig, SamplingConfig, apply_stops
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.hf_generate import HFGenerateDecoder
+from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
 
 from .conftest import greedy_config
@@ -76,3 +77,13 @@ def test_prompt_longer_than_context_is_a_clear_error(tiny):
 def test_empty_prompt_is_a_clear_error(tiny):
     with pytest.raises(FastForwardError, match="empty"):
         ARDecoder(tiny.model).generate(torch.zeros(0, dtype=torch.long), greedy_config(4))
+
+
+def test_hf_pld_peer_equals_ar_greedy(smollm2, real_prompts):
+    """transformers' prompt lookup (generate with prompt_lookup_num_tokens) is lossless under greedy too."""
+    config = GenerationConfig(max_new_tokens=32, eos_token_ids=smollm2.eos_token_ids)
+    ar = build_decoder("ar", smollm2)
+    peer = build_decoder("hf_pld", smollm2, options={"prompt_lookup": 4})
+    assert peer.name == "hf_pld" and not peer.in_all
+    for ids in real_prompts[:3]:
+        assert peer.generate(ids, config).tokens == ar.generate(ids, config).tokens

@@ -123,6 +123,7 @@ def test_baselines_equal_the_cache_free_reference(gemma, prompts, refs, method) 
         ("lookahead", {}),
         ("pld", {"gamma": 4}),
         ("layerskip", {"layers": 2}),
+        ("qsd", {"gamma": 3, "bits": 4, "group_size": 32}),
         ("sd", {"gamma": 3}),
         ("hf_assisted", {}),
     ],

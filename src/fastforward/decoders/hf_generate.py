@@ -10,23 +10,31 @@ from dataclasses import dataclass
 import torch
 
 from fastforward.core.decoder import Decoder, Run, require_draft
-from fastforward.core.options import build_config
+from fastforward.core.options import build_config, opt
 from fastforward.decoders.speculative_checks import check_same_tokenizer
 
 
 @dataclass(frozen=True)
 class HFOptions:
-    """generate() is run with our generation settings only; any ``--opt`` is a one-line error."""
+    """generate() is run with our generation settings; hf_pld also takes ``prompt_lookup`` (its
+    ``prompt_lookup_num_tokens``, transformers' default 10); any other ``--opt`` is a one-line error."""
+
+    prompt_lookup: int = opt(10, min=1)
 
 
 class HFGenerateDecoder(Decoder):
     name = "hf_generate"
 
-    def __init__(self, model: torch.nn.Module, assistant: torch.nn.Module | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, assistant: torch.nn.Module | None = None, prompt_lookup: int = 0
+    ) -> None:
         super().__init__(model)
-        self.assistant = assistant
+        self.assistant, self.prompt_lookup = assistant, prompt_lookup
         if assistant is not None:
             self.name, self.needs_draft = "hf_assisted", True
+        elif prompt_lookup:
+            # a peer measured on request (bench --methods ...,hf_pld), not part of --methods all
+            self.name, self.in_all = "hf_pld", False
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         config, s = run.config, run.config.sampling
@@ -37,6 +45,8 @@ class HFGenerateDecoder(Decoder):
                 torch.manual_seed(s.seed)
         if self.assistant is not None:
             kwargs["assistant_model"] = self.assistant
+        if self.prompt_lookup:
+            kwargs["prompt_lookup_num_tokens"] = self.prompt_lookup
         eos = list(config.eos_token_ids) or None
         out = self.model.generate(
             prompt_ids,
@@ -47,7 +57,7 @@ class HFGenerateDecoder(Decoder):
             **kwargs,
         )
         tokens = out[0, prompt_ids.shape[1] :].tolist()
-        if self.assistant is not None:  # generate() does not expose its target forwards
+        if self.assistant is not None or self.prompt_lookup:  # generate() does not expose its target forwards
             run.commit(tokens, counted=False)
             run.stats.extras["target_forwards_unknown"] = True
             return
@@ -58,7 +68,9 @@ class HFGenerateDecoder(Decoder):
 
 
 def build(name: str, target, draft, options: dict) -> HFGenerateDecoder:
-    build_config(HFOptions, options, name)
+    o = build_config(HFOptions, options, name)
+    if name == "hf_pld":
+        return HFGenerateDecoder(target.model, prompt_lookup=o.prompt_lookup)
     if name == "hf_assisted":
         require_draft(name, draft)
         check_same_tokenizer(target, draft)

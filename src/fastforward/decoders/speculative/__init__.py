@@ -8,6 +8,7 @@
 | sd-sample | draft model | rejection sampling (refuses temperature 0) |
 | pld | prompt lookup n-grams | exact |
 | layerskip | the target's first ``layers`` layers | exact |
+| qsd | the target quantized to ``bits`` (int8 / int4, weight-only; ``models.quantize``) | exact |
 | typical | draft model | typical acceptance (LOSSY) |
 | consultant | draft model | Consultant Decoding EMA-NLL rule (LOSSY) |
 
@@ -31,6 +32,7 @@ from fastforward.decoders.speculative.verifiers import (
 )
 from fastforward.decoders.speculative_checks import check_same_tokenizer
 from fastforward.errors import FastForwardError
+from fastforward.models.quantize import INT4_GROUP_SIZES, quantized_copy
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
 
@@ -43,6 +45,8 @@ class SpecOptions:
     ngram_max: int = opt(3, min=1)  # pld: longest suffix n-gram looked up
     ngram_min: int = opt(1, min=1)  # pld: shortest
     layers: int | None = opt(None, min=1)  # layerskip: draft layers (default half the target's)
+    bits: int = opt(8, choices=(4, 8))  # qsd: draft weight bits (int8 per channel / int4 per group)
+    group_size: int = opt(128, choices=INT4_GROUP_SIZES)  # qsd int4: input features per scale
     draft_stop: float = opt(0.0, min=0.0, max=1.0)  # stop a draft chain after a token with p < draft_stop
     eps: float | None = None  # consultant EMA-NLL bound (2.0) / typical threshold cap (0.09)
     beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
@@ -70,6 +74,8 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
         drafter = ModelDrafter(shallow_view(target.model, o.layers or n_layers // 2), o.draft_stop)
+    elif name == "qsd":
+        drafter = ModelDrafter(quantized_copy(target.model, o.bits, o.group_size), o.draft_stop)
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
     verifier: Verifier

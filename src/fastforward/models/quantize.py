@@ -1,0 +1,242 @@
+"""Weight-only int8 / int4 copies of a causal LM, built from torch's own CPU kernels (the ``qsd`` draft).
+
+A quantized copy of the target is a cheap draft that agrees with it most of the time: same architecture,
+same tokenizer, same training, only the Linear weights rounded. Verification stays the target's, so the
+copy's rounding can cost acceptance but never change an output.
+
+- :class:`Int8Linear`: per-output-channel symmetric int8 (``w ~ q * scale``, q in [-127, 127]), run with
+  ``aten._weight_int8pack_mm``.
+- :class:`Int4Linear`: group-wise asymmetric int4 in the tinygemm layout that torchao's int4 weight-only
+  CPU path uses: per group of ``group_size`` input features a scale and a zero with ``w ~ (q - 8) * scale +
+  zero``, q in [0, 15]; packed by ``aten._convert_weight_to_int4pack_for_cpu`` and run with
+  ``aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_and_zeros[K / group_size, N, 2])``.
+- :func:`quantized_copy`: the model with every ``nn.Linear`` (LM head included) replaced, every other
+  parameter shared with the target.
+
+Activation dtype. Both kernels take fp32, fp16 and bf16 activations, with scales of the same dtype. On an
+AVX2 CPU (torch 2.13) only bf16 has a fast path: one decode token (M = 1) through a 1536 x 8960 layer costs
+int8 0.87 ms / int4 1.25 ms in bf16 against 11 / 18 ms in fp32 and worse in fp16 (fp32 ``F.linear``:
+5.9 ms). So the layers compute in ``compute_dtype`` (bf16 by default) whatever the target's dtype, casting
+the activation in and the result back; their scales are stored in that dtype and the weights are rounded
+against the stored scales, so what the kernel sees is exactly what was quantized.
+
+Kernel limits, checked here rather than left to the kernels (the int8 one crashes the process on them):
+int8 needs ``in_features % 4 == 0`` (else a one-line FastForwardError); int4 needs ``out_features % 16 == 0``
+and ``in_features`` divisible by a group size in {32, 64, 128, 256}. A layer whose ``in_features`` the
+requested group size does not divide uses the largest allowed smaller one that does (SmolLM2's hidden size
+576 takes 64 where 128 was asked: finer groups, slightly more scale memory, still int4); a layer no int4
+group fits (``in_features % 32`` or ``out_features % 16`` nonzero) falls back to int8. :func:`layer_kinds`
+says what each copy ended up with.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import torch
+from torch import nn
+
+from fastforward.errors import FastForwardError
+
+INT4_GROUP_SIZES = (32, 64, 128, 256)
+BITS = (4, 8)
+_ROWS = 4096  # output rows quantized (and packed) at a time: bounds the fp32 temporaries of a large LM head
+
+
+def _int8_kernel_check(linear: nn.Linear) -> None:
+    if linear.in_features % 4:
+        raise FastForwardError(
+            f"cannot quantize a Linear with in_features={linear.in_features}: "
+            "the int8 kernel needs a multiple of 4"
+        )
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with per-output-channel symmetric int8 weights; the bias (if any) is the source's own
+    tensor, shared, not copied."""
+
+    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype = torch.bfloat16) -> None:
+        super().__init__()
+        _int8_kernel_check(linear)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        w = linear.weight.detach()
+        qweight = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+        scales = torch.empty(w.shape[0], dtype=compute_dtype, device=w.device)
+        for r in range(0, w.shape[0], _ROWS):
+            chunk = w[r : r + _ROWS].float()
+            s = (chunk.abs().amax(1) / 127).clamp(min=1e-8).to(compute_dtype)
+            qweight[r : r + _ROWS] = (chunk / s.float()[:, None]).round().clamp(-127, 127).to(torch.int8)
+            scales[r : r + _ROWS] = s
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features).to(self.scales.dtype).contiguous()
+        y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8, {self.scales.dtype}"
+
+
+class Int4Linear(nn.Module):
+    """``nn.Linear`` with group-wise asymmetric int4 weights (tinygemm layout); the bias is shared.
+
+    ``group_size`` must be one the kernel takes and must divide ``in_features``; ``out_features`` must be a
+    multiple of 16 (:func:`int4_group_size` picks a group, or None when int4 does not fit)."""
+
+    def __init__(
+        self, linear: nn.Linear, group_size: int = 128, compute_dtype: torch.dtype = torch.bfloat16
+    ) -> None:
+        super().__init__()
+        n, k = linear.out_features, linear.in_features
+        if int4_group_size(linear, group_size) != group_size:
+            raise FastForwardError(
+                "int4 needs out_features % 16 == 0 and in_features divisible by a group_size in "
+                f"{INT4_GROUP_SIZES}; got out_features={n}, in_features={k}, group_size={group_size}"
+            )
+        self.in_features, self.out_features, self.group_size = k, n, group_size
+        w = linear.weight.detach()
+        packed, sz = [], []
+        # _ROWS is a multiple of the kernel's packing block (32 or 64 rows), so chunks pack like the whole
+        for r in range(0, n, _ROWS):
+            g = w[r : r + _ROWS].float().reshape(-1, k // group_size, group_size)
+            lo, hi = g.amin(-1), g.amax(-1)
+            scale = ((hi - lo) / 15).clamp(min=1e-6).to(compute_dtype)
+            zero = (lo + 8 * scale.float()).to(compute_dtype)
+            q = ((g - zero.float()[..., None]) / scale.float()[..., None] + 8).round().clamp(0, 15)
+            packed.append(
+                torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.reshape(-1, k).to(torch.int32), 1)
+            )
+            sz.append(torch.stack([scale, zero], -1).transpose(0, 1))  # [K / group, rows, 2]
+        self.register_buffer("qweight", torch.cat(packed))  # [N, K / 2] uint8
+        self.register_buffer("scales_and_zeros", torch.cat(sz, 1).contiguous())  # [K / group, N, 2]
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features).to(self.scales_and_zeros.dtype).contiguous()
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x2, self.qweight, self.group_size, self.scales_and_zeros
+        )
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, int4, "
+            f"group_size={self.group_size}, {self.scales_and_zeros.dtype}"
+        )
+
+
+def int4_group_size(linear: nn.Linear, group_size: int) -> int | None:
+    """The int4 group size this layer gets: the largest allowed size <= ``group_size`` dividing
+    ``in_features``, or None when int4 does not fit the layer (it then stays int8)."""
+    if linear.out_features % 16:
+        return None
+    fits = [g for g in INT4_GROUP_SIZES if g <= group_size and linear.in_features % g == 0]
+    return max(fits) if fits else None
+
+
+def quantize_linear(
+    linear: nn.Linear, bits: int, group_size: int = 128, compute_dtype: torch.dtype = torch.bfloat16
+) -> nn.Module:
+    """One layer: int4 when ``bits == 4`` and a group fits (see module doc), else int8."""
+    group = int4_group_size(linear, group_size) if bits == 4 else None
+    if group is not None:
+        return Int4Linear(linear, group, compute_dtype)
+    return Int8Linear(linear, compute_dtype)
+
+
+def quantized_copy(
+    model: nn.Module, bits: int, group_size: int = 128, compute_dtype: torch.dtype = torch.bfloat16
+) -> nn.Module:
+    """A model of the same class whose every ``nn.Linear`` (the LM head too, even when it is tied to the
+    embeddings) is :func:`quantize_linear`'d, and whose every other parameter and buffer IS the target's.
+
+    Why this shape: the copy must be an ordinary HF model (called through its public forward, with its own
+    KV cache), yet a float copy of a 1.5B target is 3-6 GB. So, like ``shallow_view`` in
+    ``decoders/speculative/drafters.py``, the shell is built on the ``meta`` device from a copy of the
+    config (no memory), and then filled: a submodule holding no Linear (embeddings, norms, rotary) is the
+    target's own module object; a Linear becomes its quantized version; any other submodule is the shell's
+    own instance of the same class with the target's direct parameters and buffers put in. Only the
+    quantized weights are new memory; the target is not modified (no class is patched, nothing is
+    re-tied). Anything left on ``meta`` afterwards is a one-line error.
+    """
+    if bits not in BITS:
+        raise FastForwardError(f"quantized draft: bits must be one of {_join(BITS)}, got {bits}")
+    if group_size not in INT4_GROUP_SIZES:
+        raise FastForwardError(
+            f"quantized draft: group_size must be one of {_join(INT4_GROUP_SIZES)}, got {group_size}"
+        )
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise FastForwardError(
+            f"quantized draft: {type(model).__name__} has no nn.Linear to quantize "
+            "(quantize the model as loaded, before another kernel path replaces its layers)"
+        )
+    for m in linears:
+        _int8_kernel_check(m)  # before any work: a failure half-way would have cost the whole pass
+    with torch.device("meta"):
+        shell = type(model)(copy.deepcopy(model.config))
+    _fill(model, shell, bits, group_size, compute_dtype)
+    left = [n for n, t in _tensors(shell) if t.is_meta]
+    if left:
+        raise FastForwardError(
+            f"quantized draft: {type(model).__name__} has parts this copy does not share: "
+            + ", ".join(left[:3])
+        )
+    return shell.eval()
+
+
+def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dtype: torch.dtype) -> None:
+    if type(src) is not type(dst):
+        raise FastForwardError(
+            f"quantized draft: the copy's {type(dst).__name__} does not mirror "
+            f"the target's {type(src).__name__}"
+        )
+    dst._parameters = dict(src._parameters)  # the target's tensors, not copies
+    dst._buffers = dict(src._buffers)
+    dst._non_persistent_buffers_set = set(src._non_persistent_buffers_set)
+    for name, child in src._modules.items():
+        if child is None or isinstance(child, nn.Linear):
+            new = None if child is None else quantize_linear(child, bits, group_size, compute_dtype)
+        elif not any(isinstance(m, nn.Linear) for m in child.modules()):
+            new = child
+        else:
+            new = dst._modules.get(name)
+            if new is None:
+                raise FastForwardError(f"quantized draft: the copy of {type(src).__name__} has no '{name}'")
+            _fill(child, new, bits, group_size, compute_dtype)
+        dst._modules[name] = new
+
+
+def _tensors(model: nn.Module):
+    """Every (name, tensor) a forward could read: parameters, buffers and plain tensor attributes."""
+    yield from model.named_parameters(remove_duplicate=False)
+    yield from model.named_buffers(remove_duplicate=False)
+    for prefix, mod in model.named_modules(remove_duplicate=False):
+        for key, value in vars(mod).items():
+            if isinstance(value, torch.Tensor):
+                yield f"{prefix}.{key}", value
+
+
+def _join(values: tuple[int, ...]) -> str:
+    return ", ".join(map(str, values))
+
+
+def layer_kinds(model: nn.Module) -> dict[str, int]:
+    """How many layers of each kind a model holds: ``{"int8": 1, "int4-g64": 168, "float": 0}``."""
+    kinds: Counter[str] = Counter()
+    for m in model.modules():
+        if isinstance(m, Int4Linear):
+            kinds[f"int4-g{m.group_size}"] += 1
+        elif isinstance(m, Int8Linear):
+            kinds["int8"] += 1
+        elif isinstance(m, nn.Linear):
+            kinds["float"] += 1
+    return dict(kinds)
