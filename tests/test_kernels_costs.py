@@ -87,13 +87,18 @@ def test_cost_curve_schema_and_cache(tmp_path, monkeypatch):
     assert [r["k"] for r in curve] == [1, 2, 8]
     assert set(curve[0]) == {"model", "dtype", "isa", "path", "k", "ms", "relative_to_k1"}
     assert curve[0]["relative_to_k1"] == 1.0 and all(r["ms"] > 0 for r in curve)
-    assert json.loads(costs.cache_file("tiny-llama", "float32", "default").read_text()) == curve
+    assert json.loads(costs.cache_file("tiny-llama", "float32", "default", 16).read_text()) == curve
 
     def measured_again(*a, **k):
         raise AssertionError("a cached curve must not be measured again")
 
-    monkeypatch.setattr(costs, "cost_curve", measured_again)
-    assert costs.cached_curve(m) == curve
+    with monkeypatch.context() as mp:
+        mp.setattr(costs, "cost_curve", measured_again)
+        assert costs.cached_curve(m, ks=(1, 2, 8), context=16) == curve
+        assert costs.cached_curve(m, ks=(1, 8), context=16) == [curve[0], curve[2]]
+    # a k the cache does not hold is measured, not silently missing
+    wider = costs.cached_curve(m, ks=(1, 2, 4, 8), context=16, repeats=1)
+    assert [r["k"] for r in wider] == [1, 2, 4, 8]
 
 
 def _curve(dtype: str, path: str, isa: str, k1: float, rel: dict[int, float]) -> list[dict]:

@@ -61,17 +61,23 @@ def cost_curve(
     ]  # fmt: skip
 
 
-def cache_file(model: str, dtype: str, path: str) -> Path:
-    key = f"{model}-{dtype}-{path}-{cpu_isa()}-torch{torch.__version__}-{torch.get_num_threads()}t"
+def cache_file(model: str, dtype: str, path: str, context: int = 128) -> Path:
+    key = (
+        f"{model}-{dtype}-{path}-ctx{context}-{cpu_isa()}-torch{torch.__version__}-{torch.get_num_threads()}t"
+    )
     return cache_root() / "costs" / (re.sub(r"[^A-Za-z0-9.+_-]+", "_", key) + ".json")
 
 
-def cached_curve(loaded: LoadedModel, refresh: bool = False, **kw) -> list[dict]:
-    """The curve from the per-machine cache, measured (and stored) when missing or ``refresh``."""
-    f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model))
+def cached_curve(
+    loaded: LoadedModel, refresh: bool = False, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
+) -> list[dict]:
+    """The curve from the per-machine cache when it covers ``ks``; measured (and stored) otherwise."""
+    f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model), context)
     if f.exists() and not refresh:
-        return json.loads(f.read_text())
-    curve = cost_curve(loaded, **kw)
+        cached = json.loads(f.read_text())
+        if set(ks) <= {r["k"] for r in cached}:
+            return [r for r in cached if r["k"] in ks]
+    curve = cost_curve(loaded, ks, context, repeats)
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(".tmp")
     tmp.write_text(json.dumps(curve, indent=1))
@@ -112,20 +118,17 @@ def choose(records: list[dict], k: int) -> Choice:
 
     k=1 is the AR / drafting choice; a parallel method asks at its block size. fp16 is never chosen for
     multi-token forwards here because it is not measured by default (its CPU GEMM grows fastest)."""
-    best: Choice | None = None
-    for (dtype, path), curve in sorted(group_curves(records).items()):
-        ms = _ms_at(curve, k)
-        if ms is not None and (best is None or ms < best.ms):
-            best = Choice(dtype, path, ms, "")
-    if best is None:
+    costs = {
+        config: ms
+        for config, curve in sorted(group_curves(records).items())
+        if (ms := _ms_at(curve, k)) is not None
+    }
+    if not costs:
         raise ValueError(f"no recorded cost curve covers k={k}")
-    others = ", ".join(
-        f"{d}/{p} {m:.1f} ms"
-        for (d, p), c in sorted(group_curves(records).items())
-        if (m := _ms_at(c, k)) is not None and (d, p) != (best.dtype, best.path)
-    )
-    why = f"k={k}: {best.dtype}/{best.path} {best.ms:.1f} ms" + (f" (vs {others})" if others else "")
-    return Choice(best.dtype, best.path, best.ms, why)
+    (dtype, path), ms = min(costs.items(), key=lambda item: item[1])
+    others = ", ".join(f"{d}/{p} {m:.1f} ms" for (d, p), m in costs.items() if (d, p) != (dtype, path))
+    why = f"k={k}: {dtype}/{path} {ms:.1f} ms" + (f" (vs {others})" if others else "")
+    return Choice(dtype, path, ms, why)
 
 
 def parallel_pays(records: list[dict], k: int, tokens_per_forward: float) -> bool:

@@ -71,7 +71,7 @@ def _records(result: dict[str, Any], config_of: dict[str, tuple[str, str]], fast
         else:
             method, lossless = name, bool(m["lossless"])
         # agreement with fp32 AR: the run's baseline is fp32 AR when the parallel configuration is fp32
-        ident = m["identical_to_ar"] if (fp32 and (lossless or name == FASTEST_AR)) else None
+        ident = m["identical_to_ar"] if fp32 and lossless else None
         out.append({
             "model": result["model"], "dtype": config_of.get(name, (result["dtype"],))[0],
             "dataset": result["dataset"], "method": method, "label": name,
