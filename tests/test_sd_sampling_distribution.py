@@ -38,6 +38,7 @@ import torch
 
 from fastforward.core.decoder import Decoder, GenerationConfig, SamplingConfig
 from fastforward.core.sampling import processed_probs
+from fastforward.core.vocab import RestrictedHead, VocabSubset
 from fastforward.decoders.registry import build_decoder
 from fastforward.models.loading import LoadedModel
 
@@ -240,3 +241,23 @@ def test_chi_square_pvalue_known_values() -> None:
     assert (stat, df, pvalue) == (pytest.approx(0.0), 1, pytest.approx(1.0))
     _, df, pvalue = chi_square_pvalue(torch.full((10,), 100.0) + torch.arange(10.0), torch.full((10,), 0.1))
     assert df == 9 and 0.99 < pvalue <= 1.0
+
+
+def test_sd_sample_with_a_reduced_draft_vocabulary_reproduces_the_target_distribution(
+    target: LoadedModel, draft: LoadedModel
+) -> None:
+    """A draft restricted to 8 of the 12 ids (``vocab=K``) reports zero probability outside its subset, so
+    the residual keeps all of the target's mass there: the output still follows the target exactly."""
+    temperature, top_k = CONFIGS[0]
+    joint = exact_joint(target, sampling(temperature, top_k, 0))
+    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3})
+    keep = [0, 2, 3, 5, 6, 8, 9, 11]  # not a prefix: a position/id mix-up would show
+    subset = VocabSubset(torch.tensor(keep), VOCAB)
+    decoder.drafter.head = RestrictedHead(draft.model.lm_head.weight, None, subset)
+    samples, extras = generate_all(decoder, temperature, top_k, N_SAMPLES)
+    rate = sum(e["spec_accepted"] for e in extras) / sum(e["spec_proposed"] for e in extras)
+    assert 0.1 < rate < 0.9, f"acceptance rate {rate:.3f}: the test needs both acceptances and rejections"
+    # the target itself puts mass outside the draft's subset, and the output must carry it
+    outside = sum(1 for s in samples for t in s[1:] if t not in keep) / (len(samples) * (NEW_TOKENS - 1))
+    assert outside > 0.05, f"only {outside:.3f} of the speculated positions hold ids outside the subset"
+    assert_follows(samples, joint, f"sd-sample vocab=8/{VOCAB} (acceptance {rate:.2f})")

@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fastforward.core.vocab import VocabSubset
+
 VARIANTS = ("chimera", "no_residual", "medusa")
 VOCAB_MODES = ("shared", "own")
 
@@ -239,13 +241,32 @@ class ChimeraDraft(nn.Module):
             self.vocab_weights = nn.ParameterList(
                 nn.Parameter(lm_head.detach().clone()) for _ in range(cfg.num_heads)
             )
+        self.subset: VocabSubset | None = None  # set by restrict_vocab at inference
+        self._sub_weights: list[torch.Tensor] = []
+        self._sub_bias: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- shared pieces
 
     def logits(self, z: torch.Tensor, k: int) -> torch.Tensor:
-        """Head k's hidden [..., d] -> logits [..., V]."""
-        w = self.vocab_weights[k] if self.cfg.vocab == "own" else self.lm_head
-        return F.linear(z.to(w.dtype), w, self.lm_bias)
+        """Head k's hidden [..., d] -> logits [..., V], or [..., K] over :attr:`subset` when restricted."""
+        if self.subset is not None:
+            w, b = self._sub_weights[k if self.cfg.vocab == "own" else 0], self._sub_bias
+        else:
+            w, b = (self.vocab_weights[k] if self.cfg.vocab == "own" else self.lm_head), self.lm_bias
+        return F.linear(z.to(w.dtype), w, b)
+
+    def restrict_vocab(self, subset: VocabSubset | None) -> None:
+        """Inference only: score only ``subset``'s ids in every head (reduced-vocabulary drafting; the target
+        still verifies over the whole vocabulary). The heads' rows are copied once; None undoes it."""
+        self.subset = subset
+        self._sub_weights, self._sub_bias = [], None
+        if subset is None:
+            return
+        ids = subset.ids.to(self.lm_head.device)
+        full = list(self.vocab_weights) if self.cfg.vocab == "own" else [self.lm_head]
+        self._sub_weights = [w.detach().index_select(0, ids) for w in full]
+        if self.lm_bias is not None:
+            self._sub_bias = self.lm_bias.index_select(0, ids)
 
     def head_hidden(self, k: int, h_llm: torch.Tensor, h_full: torch.Tensor | None) -> torch.Tensor:
         """Head k's pre-vocabulary state from h_llm[n-1] and h_full[n+k] ([..., d] each)."""
@@ -367,6 +388,10 @@ class DraftState:
             self.kv_tri = [(self._k_tri, self._v_tri)]
         return self._k_llm, self._v_llm, self._k_tri, self._v_tri
 
+    def _full_ids(self, index: torch.Tensor) -> torch.Tensor:
+        subset = self.draft.subset
+        return index if subset is None else subset.to_full(index)
+
     def propose(self, top_k: int, force: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the K heads as a top-1 chain. Returns ids [K, top_k] and their draft probabilities [K, top_k].
 
@@ -381,7 +406,7 @@ class DraftState:
             for k in range(kk):
                 p = draft.logits(draft.head_hidden(k, h_llm, None), k).float().softmax(-1)
                 top = p.topk(top_k)
-                ids.append(top.indices)
+                ids.append(self._full_ids(top.indices))
                 probs.append(top.values)
             return torch.stack(ids), torch.stack(probs)
         block = draft.context
@@ -406,7 +431,8 @@ class DraftState:
             h_full = block.attend(last_tri[None, None], pos, keys, values, visible)[0, 0]
             p = draft.logits(draft.head_hidden(k, h_llm, h_full), k).float().softmax(-1)
             top = p.topk(top_k)
-            ids.append(top.indices)
+            top_ids = self._full_ids(top.indices)
+            ids.append(top_ids)
             probs.append(top.values)
-            chain.append(int(top.indices[0]) if force is None or k >= len(force) else int(force[k]))
+            chain.append(int(top_ids[0]) if force is None or k >= len(force) else int(force[k]))
         return torch.stack(ids), torch.stack(probs)

@@ -8,12 +8,15 @@ lossy); the KV cache keeps that path contiguously (:func:`keep_positions`); the 
 hidden states of the accepted nodes. Accepted counts include the bonus token the target always adds.
 
 Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chimera``), ``tree=default|chain``,
-``accept=greedy|typical``, ``eps=0.09``, ``alpha=0.3``, ``cache=16384`` (trigram LRU capacity).
+``accept=greedy|typical``, ``eps=0.09``, ``alpha=0.3``, ``cache=16384`` (trigram LRU capacity), ``vocab=K``
+(heads score only the K most frequent tokens, :mod:`fastforward.core.vocab`; the ranking saved with the heads
+as ``vocab_counts.pt`` if there is one, else the shared corpus ranking; 0 = the whole vocabulary).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -26,6 +29,7 @@ from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
 from fastforward.core.masks import positions, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
+from fastforward.core.vocab import COUNTS_FILE, subset_for
 from fastforward.errors import FastForwardError
 
 
@@ -37,6 +41,7 @@ class ChimeraOptions:
     eps: float = opt(0.09, min=0.0)
     alpha: float = opt(0.3, min=0.0)
     cache: int = opt(16384, min=1)  # trigram LRU capacity
+    vocab: int = opt(0, min=0)  # heads over the K most frequent tokens (0 = the whole vocabulary)
 
 
 class ChimeraDecoder(Decoder):
@@ -128,7 +133,13 @@ def build(name: str, target, draft, options: dict) -> ChimeraDecoder:
         raise MissingInput(
             "chimera needs a trained draft: --opt heads=PATH (see `fastforward train-chimera`)"
         )
-    return ChimeraDecoder(target.model, load_draft(opts.heads, target.model), opts)
+    draft = load_draft(opts.heads, target.model)
+    if opts.vocab:
+        counts = Path(opts.heads) / COUNTS_FILE
+        draft.restrict_vocab(
+            subset_for(target.tokenizer, opts.vocab, draft.lm_head.shape[0], target.eos_token_ids, counts)
+        )
+    return ChimeraDecoder(target.model, draft, opts)
 
 
 OPTIONS = ChimeraOptions

@@ -14,6 +14,11 @@
 
 Options (``--opt key=value``, :class:`SpecOptions`): every speculative method accepts the whole set, so
 one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses its own.
+
+``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd): the draft's LM head scores only the K most
+frequent tokens (:mod:`fastforward.core.vocab`); the target verifies over the whole vocabulary, so exact
+methods stay exact. The restricted head follows the draft's kernels: quantized like the rest of a qsd copy,
+prepacked when the target was loaded with ``--path prepacked``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
+from fastforward.core.vocab import RestrictedHead, head_weight, subset_for
 from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter, shallow_view
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
 from fastforward.decoders.speculative.verifiers import (
@@ -32,7 +38,8 @@ from fastforward.decoders.speculative.verifiers import (
 )
 from fastforward.decoders.speculative_checks import check_same_tokenizer
 from fastforward.errors import FastForwardError
-from fastforward.models.quantize import INT4_GROUP_SIZES, quantized_copy
+from fastforward.models.kernels import PackedLinear, path_of
+from fastforward.models.quantize import INT4_GROUP_SIZES, quantize_linear, quantized_copy
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
 
@@ -51,6 +58,7 @@ class SpecOptions:
     eps: float | None = None  # consultant EMA-NLL bound (2.0) / typical threshold cap (0.09)
     beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
     alpha: float = opt(0.3, min=0.0)  # typical entropy factor
+    vocab: int = opt(0, min=0)  # draft LM head over the K most frequent tokens (0 = the whole vocabulary)
 
     def validate(self) -> None:
         if self.ngram_min > self.ngram_max:
@@ -68,14 +76,16 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     if name in DRAFT_MODEL_METHODS:
         require_draft(name, draft)
         check_same_tokenizer(target, draft)
-        drafter = ModelDrafter(draft.model, o.draft_stop)
+        drafter = ModelDrafter(draft.model, o.draft_stop, draft_head(draft, o))
     elif name == "pld":
         drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min)
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
-        drafter = ModelDrafter(shallow_view(target.model, o.layers or n_layers // 2), o.draft_stop)
+        view = shallow_view(target.model, o.layers or n_layers // 2)
+        drafter = ModelDrafter(view, o.draft_stop, draft_head(target, o))
     elif name == "qsd":
-        drafter = ModelDrafter(quantized_copy(target.model, o.bits, o.group_size), o.draft_stop)
+        qcopy = quantized_copy(target.model, o.bits, o.group_size)
+        drafter = ModelDrafter(qcopy, o.draft_stop, draft_head(target, o, bits=o.bits))
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
     verifier: Verifier
@@ -88,6 +98,23 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     return SpeculativeDecoder(
         target.model, drafter, verifier, spec, name, needs_draft=name in DRAFT_MODEL_METHODS
     )
+
+
+def draft_head(source, o: SpecOptions, bits: int | None = None) -> RestrictedHead | None:
+    """The reduced-vocabulary head for ``vocab=K`` from ``source``'s LM head (None when K is 0 or covers the
+    vocabulary): quantized to ``bits`` for a qsd draft, prepacked when ``source`` runs prepacked."""
+    if o.vocab == 0:
+        return None
+    weight, bias = head_weight(source.model)
+    subset = subset_for(source.tokenizer, o.vocab, weight.shape[0], source.eos_token_ids)
+    if subset is None:
+        return None
+    head = RestrictedHead(weight, bias, subset)
+    if bits is not None:
+        head.linear = quantize_linear(head.linear, bits, o.group_size)
+    elif path_of(source.model) == "prepacked":
+        head.linear = PackedLinear(head.linear)
+    return head.eval()
 
 
 OPTIONS = SpecOptions

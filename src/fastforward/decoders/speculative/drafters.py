@@ -4,7 +4,8 @@ A drafter has three verbs: ``reset()`` before a generation, ``propose(ctx) -> Pr
 distributions they were drawn from when sampling) and ``observe(accepted)`` after the verdict. Three kinds:
 
 - :class:`ModelDrafter`: a small model sharing the target's tokenizer, with its own KV cache kept in sync
-  by comparing what it has cached with the committed sequence (rollback, never a copy);
+  by comparing what it has cached with the committed sequence (rollback, never a copy); optionally with a
+  reduced-vocabulary LM head (:mod:`fastforward.core.vocab`);
 - :class:`PromptLookupDrafter`: n-gram matching over prompt + output (prompt lookup decoding), no model;
 - :func:`shallow_view`: the target's first k layers + final norm + LM head as a model of its own (sharing
   the target's weights), driven by :class:`ModelDrafter` for self-speculative layer skipping.
@@ -21,6 +22,7 @@ from fastforward.core.acceptance import common_prefix
 from fastforward.core.cache import new_cache, rollback
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
+from fastforward.core.vocab import RestrictedHead
 from fastforward.errors import FastForwardError
 
 
@@ -40,12 +42,21 @@ class Proposal:
 
 
 class ModelDrafter:
-    """Autoregressive drafting with a model's public forward and its own DynamicCache."""
+    """Autoregressive drafting with a model's public forward and its own DynamicCache.
 
-    def __init__(self, model: torch.nn.Module, stop_below: float = 0.0) -> None:
+    With ``head`` (a :class:`RestrictedHead`), the draft runs its decoder (``get_decoder()``, public forward)
+    and scores only the head's subset of the vocabulary; tokens and distributions are mapped back to full
+    ids, so verifiers see nothing different (probabilities are zero outside the subset)."""
+
+    def __init__(
+        self, model: torch.nn.Module, stop_below: float = 0.0, head: RestrictedHead | None = None
+    ) -> None:
         self.model = model
         self.stop_below = stop_below  # stop drafting after a token the draft itself gives p < stop_below
+        self.head = head
         self.device = next(model.parameters()).device
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)  # Gemma 2: applied after the head
         self.reset()
 
     def reset(self) -> None:
@@ -53,16 +64,24 @@ class ModelDrafter:
         self.cached: list[int] = []  # the token ids whose KV the cache holds, in order
 
     def _next_logits(self, feed: list[int]) -> torch.Tensor:
+        """Logits of the next token: over the vocabulary [V], or over the head's subset [K]."""
         start = len(self.cached)
-        out = self.model(
+        kwargs = dict(
             input_ids=torch.tensor([feed], device=self.device),
             position_ids=torch.arange(start, start + len(feed), device=self.device)[None],
             past_key_values=self.cache,
             use_cache=True,
-            logits_to_keep=1,
         )
+        if self.head is None:
+            out = self.model(**kwargs, logits_to_keep=1)
+            self.cached += feed
+            return out.logits[0, -1]
+        hidden = self.model.get_decoder()(**kwargs).last_hidden_state[0, -1]
         self.cached += feed
-        return out.logits[0, -1]  # [V]
+        logits = self.head(hidden)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
     def propose(self, ctx: DraftContext) -> Proposal:
         # Keep the cached prefix that still agrees with the committed tokens; feed at least one token.
@@ -72,16 +91,18 @@ class ModelDrafter:
         feed = ctx.tokens[keep:]
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
+        subset = None if self.head is None else self.head.subset
         for _ in range(ctx.gamma):
-            logits = self._next_logits(feed)
+            logits = self._next_logits(feed)  # [V], or [K] over the subset
             if ctx.sampling.greedy:
-                tok = int(logits.argmax(-1))
-                confident = self.stop_below <= 0 or float(logits.float().softmax(-1)[tok]) >= self.stop_below
+                idx = int(logits.argmax(-1))
+                confident = self.stop_below <= 0 or float(logits.float().softmax(-1)[idx]) >= self.stop_below
             else:
-                q = processed_probs(logits, ctx.sampling)  # [V]
-                tok = int(sample_from(q, ctx.generator))
-                probs.append(q)
-                confident = float(q[tok]) >= self.stop_below
+                q = processed_probs(logits, ctx.sampling)
+                idx = int(sample_from(q, ctx.generator))
+                confident = float(q[idx]) >= self.stop_below
+                probs.append(q if subset is None else subset.expand(q))
+            tok = idx if subset is None else int(subset.ids[idx])
             tokens.append(tok)
             if tok in ctx.eos_token_ids or not confident:
                 break
