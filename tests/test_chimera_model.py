@@ -101,3 +101,25 @@ def test_vocab_memory_accounting():
     assert vocab_parameter_bytes(576, 49152, 4, "shared") == 0
     assert vocab_parameter_bytes(576, 49152, 4, "own") == 4 * 576 * 49152 * 4  # 453 MB fp32
     assert vocab_parameter_bytes(896, 151936, 4, "own", bytes_per=2) == 4 * 896 * 151936 * 2
+
+
+@pytest.mark.parametrize("vocab", ["shared", "own"])
+def test_restricted_heads_propose_the_best_ids_of_their_subset(vocab):
+    """restrict_vocab: every proposed id lies in the subset and equals the full head's best subset ids."""
+    from fastforward.core.vocab import VocabSubset
+
+    draft = _random_draft(vocab=vocab)
+    keep = torch.tensor([1, 4, 7, 9, 13, 20, 22, 31, 40, 49])
+    ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(2))
+    h = torch.randn(1, 10, 32)
+    with torch.no_grad():
+        z, _ = draft(ids, h)
+        draft.restrict_vocab(VocabSubset(keep, 50))
+        state = draft.new_state(8)
+        state.observe(ids[0, :7].tolist(), h[0, :6])
+        top_ids, _ = state.propose(3, force=ids[0, 7:9].tolist())
+        draft.restrict_vocab(None)
+        full = [draft.logits(z[0, k, 6 + k], k) for k in range(3)]
+    assert set(top_ids.flatten().tolist()) <= set(keep.tolist())
+    for k in range(3):
+        assert top_ids[k].tolist() == keep[full[k][keep].topk(3).indices].tolist()
