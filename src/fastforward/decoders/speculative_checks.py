@@ -20,5 +20,5 @@ def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
     if not same or t.encode(probe) != d.encode(probe):
         raise FastForwardError(
             f"draft '{draft.name}' and target '{target.name}' use different tokenizers "
-            f"({len(d)} vs {len(t)} tokens); pick a draft from the target's model family"
+            f"({len(d)} vs {len(t)} tokens); pick a draft from the target's model family, or use --method sd-cross"
         )

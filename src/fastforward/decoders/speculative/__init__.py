@@ -6,6 +6,7 @@
 |---|---|---|
 | sd | draft model (same tokenizer) | exact: greedy equality, or rejection sampling when sampling |
 | sd-sample | draft model | rejection sampling (refuses temperature 0) |
+| sd-cross | draft model with another tokenizer (text re-tokenized both ways) | exact greedy |
 | pld | prompt lookup n-grams | exact |
 | layerskip | the target's first ``layers`` layers | exact |
 | qsd | the target quantized to ``bits`` (int8 / int4, weight-only; ``models.quantize``) | exact |
@@ -15,7 +16,7 @@
 Options (``--opt key=value``, :class:`SpecOptions`): every speculative method accepts the whole set, so
 one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses its own.
 
-``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd): the draft's LM head scores only the K most
+``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd, sd-cross): the draft's LM head scores only the K most
 frequent tokens (:mod:`fastforward.core.vocab`); the target verifies over the whole vocabulary, so exact
 methods stay exact. The restricted head follows the draft's kernels: quantized like the rest of a qsd copy,
 prepacked when the target was loaded with ``--path prepacked``.
@@ -28,7 +29,12 @@ from dataclasses import dataclass
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight, subset_for
-from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter, shallow_view
+from fastforward.decoders.speculative.drafters import (
+    CrossTokenizerDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    shallow_view,
+)
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
 from fastforward.decoders.speculative.verifiers import (
     ConsultantVerifier,
@@ -77,6 +83,11 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         require_draft(name, draft)
         check_same_tokenizer(target, draft)
         drafter = ModelDrafter(draft.model, o.draft_stop, draft_head(draft, o))
+    elif name == "sd-cross":
+        require_draft(name, draft)
+        drafter = CrossTokenizerDrafter(
+            draft.model, draft.tokenizer, target.tokenizer, o.draft_stop, draft_head(draft, o)
+        )
     elif name == "pld":
         drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min)
     elif name == "layerskip":
@@ -96,7 +107,7 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     else:
         verifier = ExactVerifier()
     return SpeculativeDecoder(
-        target.model, drafter, verifier, spec, name, needs_draft=name in DRAFT_MODEL_METHODS
+        target.model, drafter, verifier, spec, name, needs_draft=name in (*DRAFT_MODEL_METHODS, "sd-cross")
     )
 
 

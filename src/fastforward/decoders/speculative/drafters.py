@@ -8,7 +8,9 @@ distributions they were drawn from when sampling) and ``observe(accepted)`` afte
   reduced-vocabulary LM head (:mod:`fastforward.core.vocab`);
 - :class:`PromptLookupDrafter`: n-gram matching over prompt + output (prompt lookup decoding), no model;
 - :func:`shallow_view`: the target's first k layers + final norm + LM head as a model of its own (sharing
-  the target's weights), driven by :class:`ModelDrafter` for self-speculative layer skipping.
+  the target's weights), driven by :class:`ModelDrafter` for self-speculative layer skipping;
+- :class:`CrossTokenizerDrafter`: a draft model with a tokenizer of its own (universal assisted generation):
+  the committed text is re-tokenized for the draft, and the draft's continuation for the target.
 """
 
 from __future__ import annotations
@@ -207,3 +209,71 @@ def shallow_view(model: torch.nn.Module, layers: int) -> torch.nn.Module:
     if any(t.is_meta for t in list(view.parameters()) + list(view.buffers())):
         raise FastForwardError(f"layerskip: {type(model).__name__} has parts this view does not share")
     return view.eval()
+
+
+def retokenize_continuation(tokenizer, tail: list[int], text: str) -> list[int]:
+    """Target ids for ``text`` written after the committed ids ending in ``tail``, or [] where the new text
+    would change how the tail itself tokenizes (a word continued across the boundary: the committed tokens
+    are final, so such a draft cannot be expressed as new ids).
+
+    The tail is re-encoded together with the text, so a token that spans the boundary is seen as one."""
+    if not text:
+        return []
+    base = tokenizer.decode(tail, skip_special_tokens=False)
+    ids = tokenizer(base + text, add_special_tokens=False)["input_ids"]
+    keep = common_prefix(ids, tail)
+    return list(ids[len(tail) :]) if keep == len(tail) else []
+
+
+class CrossTokenizerDrafter:
+    """A draft model whose tokenizer differs from the target's (e.g. SmolLM2 drafting for Qwen2.5).
+
+    Each step decodes the committed target ids to text, encodes it with the draft's tokenizer (the draft's
+    KV cache is kept for the common prefix by :class:`ModelDrafter`), drafts ``gamma`` draft tokens, and
+    re-encodes their text as target ids (:func:`retokenize_continuation`). Greedy only: the draft's
+    probabilities live on another vocabulary, so rejection sampling has no q to use; the target's greedy
+    verification keeps outputs identical to AR whatever the draft proposes."""
+
+    TAIL = 8  # committed target tokens re-encoded with the draft text (boundary merges)
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        draft_tokenizer,
+        target_tokenizer,
+        stop_below: float = 0.0,
+        head: RestrictedHead | None = None,
+    ) -> None:
+        if draft_tokenizer is None or target_tokenizer is None:
+            raise FastForwardError("cross-tokenizer drafting needs a tokenizer for both draft and target")
+        self.inner = ModelDrafter(model, stop_below, head)
+        self.draft_tok, self.target_tok = draft_tokenizer, target_tokenizer
+        eos = getattr(draft_tokenizer, "eos_token_id", None)
+        self.draft_eos = () if eos is None else (int(eos),)
+        self.reset()
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.proposed_draft_tokens = 0  # draft-vocabulary tokens generated (the draft's own work)
+
+    def propose(self, ctx: DraftContext) -> Proposal:
+        if not ctx.sampling.greedy:
+            raise FastForwardError(
+                "cross-tokenizer drafting verifies greedily only (the draft's distribution is over another "
+                "vocabulary); use --temperature 0"
+            )
+        text = self.target_tok.decode(ctx.tokens, skip_special_tokens=False)
+        draft_ids = self.draft_tok(text, add_special_tokens=False)["input_ids"]
+        if not draft_ids:
+            return Proposal([])
+        drafted = self.inner.propose(DraftContext(draft_ids, ctx.gamma, ctx.sampling, None, self.draft_eos))
+        self.proposed_draft_tokens += len(drafted.tokens)
+        base = self.draft_tok.decode(draft_ids, skip_special_tokens=False)
+        full = self.draft_tok.decode(draft_ids + drafted.tokens, skip_special_tokens=False)
+        if not full.startswith(base):  # the draft rewrote the boundary (e.g. a split multi-byte character)
+            return Proposal([])
+        new = retokenize_continuation(self.target_tok, ctx.tokens[-self.TAIL :], full[len(base) :])
+        return Proposal(new[: ctx.gamma])
+
+    def observe(self, accepted: int) -> None:
+        """Nothing to do: the next ``propose`` re-encodes the committed text and keeps the common prefix."""
