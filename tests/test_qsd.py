@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from fastforward.core.decoder import GenerationConfig
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
@@ -184,3 +185,21 @@ def test_qsd_equals_greedy_ar_fp32_real_prompts(smollm2, real_subset, bits):
         proposed += out.stats.extras["spec_proposed"]
         accepted += out.stats.extras["spec_accepted"]
     assert len(prompts) >= 8 and 0 < accepted <= proposed
+
+
+def test_qsd_on_a_prepacked_target_quantizes_a_reload_and_stays_exact(real_prompts) -> None:
+    """--path prepacked releases the float Linear weights; qsd reloads them (bf16) to build its copy."""
+    from fastforward.models.kernels import path_of
+    from fastforward.models.loading import load_model
+
+    target = load_model("smollm2-135m", "float32", path="prepacked")
+    assert path_of(target.model) == "prepacked"
+    dec = build_decoder("qsd", target, None, {"bits": 8, "gamma": 4, "vocab": 8192})
+    ar = build_decoder("ar", target, None, {})
+    config = GenerationConfig(max_new_tokens=24, eos_token_ids=target.eos_token_ids)
+    accepted = 0
+    for ids in real_prompts[:2]:
+        got = dec.generate(ids, config)
+        assert got.tokens == ar.generate(ids, config).tokens
+        accepted += got.stats.extras["spec_accepted"]
+    assert accepted > 0

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight, subset_for
@@ -44,7 +46,9 @@ from fastforward.decoders.speculative.verifiers import (
 )
 from fastforward.decoders.speculative_checks import check_same_tokenizer
 from fastforward.errors import FastForwardError
+from fastforward.log import log
 from fastforward.models.kernels import PackedLinear, path_of
+from fastforward.models.loading import load_model
 from fastforward.models.quantize import INT4_GROUP_SIZES, quantize_linear, quantized_copy
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
@@ -95,7 +99,7 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         view = shallow_view(target.model, o.layers or n_layers // 2)
         drafter = ModelDrafter(view, o.draft_stop, draft_head(target, o))
     elif name == "qsd":
-        qcopy = quantized_copy(target.model, o.bits, o.group_size)
+        qcopy = quantized_copy(qsd_source(target), o.bits, o.group_size)
         drafter = ModelDrafter(qcopy, o.draft_stop, draft_head(target, o, bits=o.bits))
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
@@ -109,6 +113,17 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     return SpeculativeDecoder(
         target.model, drafter, verifier, spec, name, needs_draft=name in (*DRAFT_MODEL_METHODS, "sd-cross")
     )
+
+
+def qsd_source(target) -> torch.nn.Module:
+    """The float model a qsd copy is quantized from: the target itself, or, when a kernel path (prepacked)
+    released its Linear weights, the same checkpoint reloaded in bf16 (the qsd layers compute in bf16
+    anyway). The reload's Linear weights are freed once quantized; its embeddings and norms stay as the
+    draft's (a bf16 draft beside an fp32 target: drafting is exact-agnostic, verification is the target's)."""
+    if path_of(target.model) == "default":
+        return target.model
+    log(f"qsd: {target.name} runs {path_of(target.model)}; reloading its weights in bf16 to quantize them")
+    return load_model(str(target.path), "bfloat16").model
 
 
 def draft_head(source, o: SpecOptions, bits: int | None = None) -> RestrictedHead | None:
