@@ -1,0 +1,164 @@
+"""Prometheus metrics of the server, named after vLLM's (``vllm:`` -> ``fastforward:``) so dashboards carry over.
+
+Why these: an operator wants to know whether requests succeed and how long they wait (requests by status,
+queue depth, time to first token, end-to-end latency), how much work flows through (prompt and generated
+tokens) and, per decoding method, whether the speculation pays: target forwards, draft tokens proposed and
+accepted. Mean tokens per target forward is ``generation_tokens_total / target_forwards_total`` and the
+mean acceptance length is ``1 + num_accepted_tokens_total / num_drafts_total``, both derived by the reader
+from counters (rates of sums, never averages of per-request rates; see :mod:`fastforward.core.metrics`).
+
+Every server owns its own :class:`CollectorRegistry`, so several servers in one process (tests) never share
+counts.
+"""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from fastforward.core.stats import DecodeStats
+
+# Seconds: from well under one decoding step up to a long answer behind a queue.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+
+prometheus_client.disable_created_metrics()  # the *_created series only clutter a scrape
+
+
+def draft_counts(stats: DecodeStats) -> tuple[int | None, int, list[int], list[int]]:
+    """(draft tokens proposed, draft tokens accepted, proposed and accepted per draft position) of one run.
+
+    Accepted draft tokens are the tokens a forward committed beyond the one the target always adds, the same
+    for every method (plain AR: 0). Proposed tokens are known only where a method counts them: the
+    draft-then-verify family (``spec_proposed``) and lookahead (every token verified beside the anchor: the
+    Jacobi window and the pooled n-grams); None elsewhere."""
+    accepted = sum(max(0, k - 1) for k in stats.accepted_per_step)
+    ex = stats.extras
+    proposed: int | None = None
+    if "spec_proposed" in ex:
+        proposed = int(ex["spec_proposed"])
+    elif "forward_tokens" in ex and "steps" in ex:
+        proposed = int(ex["forward_tokens"]) - int(ex["steps"])
+    return (
+        proposed,
+        accepted,
+        list(ex.get("spec_proposed_per_position", [])),
+        list(ex.get("spec_accepted_per_position", [])),
+    )
+
+
+class ServeMetrics:
+    """The server's metrics in one registry; the app and the engine call the ``observe_*`` methods."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        p = "fastforward:"
+        self.requests = Counter(
+            p + "requests",
+            "HTTP requests answered, by endpoint and status code",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.request_success = Counter(
+            p + "request_success",
+            "generations ended, by method and finished reason (stop, length, cancelled, error)",
+            ["method", "finished_reason"],
+            registry=r,
+        )
+        self.waiting = Gauge(p + "num_requests_waiting", "requests queued for the model worker", registry=r)
+        self.running = Gauge(p + "num_requests_running", "requests the model worker is decoding", registry=r)
+        self.prompt_tokens = Counter(
+            p + "prompt_tokens", "prompt tokens of started generations", ["method"], registry=r
+        )
+        self.generation_tokens = Counter(
+            p + "generation_tokens",
+            "tokens generated (all generations, cancelled ones included)",
+            ["method"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            p + "time_to_first_token_seconds",
+            "from request arrival to the first generated token (queue wait included)",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            p + "e2e_request_latency_seconds",
+            "from request arrival to the last token",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            p + "request_queue_time_seconds",
+            "time spent waiting for the model worker",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # Speculative-decoding counters, per method; complete generations only (see observe_generation).
+        self.spec_tokens = Counter(
+            p + "spec_decode_generation_tokens",
+            "tokens of generations counted below (divide by target_forwards for tokens per forward)",
+            ["method"],
+            registry=r,
+        )
+        self.forwards = Counter(
+            p + "spec_decode_num_target_forwards",
+            "target-model forwards, prefill included",
+            ["method"],
+            registry=r,
+        )
+        self.drafts = Counter(
+            p + "spec_decode_num_drafts",
+            "verification forwards (target forwards after the prefill)",
+            ["method"],
+            registry=r,
+        )
+        self.draft_tokens = Counter(
+            p + "spec_decode_num_draft_tokens",
+            "draft tokens proposed (methods that count them: sd family, pld, lookahead)",
+            ["method"],
+            registry=r,
+        )
+        self.accepted_tokens = Counter(
+            p + "spec_decode_num_accepted_tokens",
+            "draft tokens accepted: tokens a forward committed beyond the target's own token",
+            ["method"],
+            registry=r,
+        )
+        self.accepted_per_pos = Counter(
+            p + "spec_decode_num_accepted_tokens_per_pos",
+            "draft tokens accepted at each draft position (draft-then-verify methods)",
+            ["method", "position"],
+            registry=r,
+        )
+        self.proposed_per_pos = Counter(
+            p + "spec_decode_num_draft_tokens_per_pos",
+            "draft tokens proposed at each draft position (draft-then-verify methods)",
+            ["method", "position"],
+            registry=r,
+        )
+
+    def ensure_method(self, method: str) -> None:
+        """Create a method's series at zero, so a scrape lists every loaded method before it is used."""
+        counters = (self.prompt_tokens, self.generation_tokens, self.spec_tokens, self.forwards, self.drafts)
+        for c in (*counters, self.draft_tokens, self.accepted_tokens):
+            c.labels(method)
+
+    def observe_generation(self, method: str, stats: DecodeStats) -> None:
+        """Count one generation that ran to its end (EOS or the token limit) with the decoder's own stats.
+
+        Generations cut short (stop string, client gone) have no complete stats, so they add only to the
+        token counters; the spec-decode counters stay exact sums over whole generations."""
+        self.spec_tokens.labels(method).inc(stats.new_tokens)
+        self.forwards.labels(method).inc(stats.target_forwards)
+        self.drafts.labels(method).inc(max(0, stats.target_forwards - 1))
+        proposed, accepted, prop_at, acc_at = draft_counts(stats)
+        self.accepted_tokens.labels(method).inc(accepted)
+        if proposed is not None:
+            self.draft_tokens.labels(method).inc(proposed)
+        for i, n in enumerate(prop_at):
+            self.proposed_per_pos.labels(method, str(i)).inc(n)
+        for i, n in enumerate(acc_at):
+            self.accepted_per_pos.labels(method, str(i)).inc(n)

@@ -1,0 +1,355 @@
+"""The OpenAI wire format: request bodies checked by hand into one :class:`GenerationRequest`, errors in
+OpenAI's JSON shape, and the response and stream-chunk bodies.
+
+Why by hand and not with pydantic models: a client's mistake must come back as a 400 in OpenAI's error
+shape naming the offending parameter, never as a framework's 422 or a 500 with a traceback; checking each
+field explicitly makes every rule (and its message) visible and testable without a server.
+
+Accepted fields follow OpenAI's chat and legacy completions APIs (``model``, ``messages`` / ``prompt``,
+``max_tokens``, ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``, ``n`` = 1,
+``stream``, ``stream_options.include_usage``), vLLM's ``top_k`` and our extension object
+``fastforward: {method, opt, ignore_eos, return_token_ids}``. Unknown fields are ignored, as OpenAI does;
+fields that ask for something this server cannot do (logprobs, tools, n > 1, ...) are refused.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_STOPS = 4
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+EXTENSION = "fastforward"
+EXTENSION_KEYS = {"method", "opt", "ignore_eos", "return_token_ids"}
+
+
+class APIError(Exception):
+    """An answer in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(param: str | None, message: str, code: str | None = None) -> APIError:
+    """A 400 for one request parameter."""
+    return APIError(400, message, param=param, code=code)
+
+
+@dataclass
+class GenerationRequest:
+    """One checked request, chat or completion; None means "the server's default" (its ``--max-new-tokens``,
+    ``--temperature``, ``--top-p``, ``--top-k``, ``--seed``), so a server started greedy stays greedy for
+    clients that send no sampling fields (OpenAI's own default temperature is 1)."""
+
+    kind: str  # "chat" | "completion"
+    model: str | None
+    messages: list[dict[str, str]] | None = None
+    prompt: str | list[int] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    method: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    ignore_eos: bool = False
+    return_token_ids: bool = False
+
+
+# --------------------------------------------------------------------------- field checks
+
+
+def _get(body: dict[str, Any], key: str) -> Any:
+    return body.get(key)  # JSON null counts as absent, as in OpenAI's API
+
+
+def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    v = _get(body, key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise bad(key, f"'{key}' must be a boolean, got {_jtype(v)}")
+    return v
+
+
+def _int(body: dict[str, Any], key: str) -> int | None:
+    v = _get(body, key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise bad(key, f"'{key}' must be an integer, got {_jtype(v)}")
+    return v
+
+
+def _number(body: dict[str, Any], key: str) -> float | None:
+    v = _get(body, key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise bad(key, f"'{key}' must be a number, got {_jtype(v)}")
+    return float(v)
+
+
+def _jtype(v: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    return "null" if v is None else names.get(type(v), type(v).__name__)
+
+
+def _common(body: Any, kind: str) -> GenerationRequest:
+    if not isinstance(body, dict):
+        raise bad(None, f"the request body must be a JSON object, got {_jtype(body)}")
+    model = _get(body, "model")
+    if model is not None and not isinstance(model, str):
+        raise bad("model", f"'model' must be a string, got {_jtype(model)}")
+    req = GenerationRequest(kind=kind, model=model)
+
+    req.max_tokens = _int(body, "max_completion_tokens")
+    if req.max_tokens is None:
+        req.max_tokens = _int(body, "max_tokens")
+    elif _int(body, "max_tokens") is not None and _int(body, "max_tokens") != req.max_tokens:
+        raise bad("max_tokens", "'max_tokens' and 'max_completion_tokens' disagree; give one")
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise bad("max_tokens", f"'max_tokens' must be >= 1, got {req.max_tokens}")
+
+    req.temperature = _number(body, "temperature")
+    if req.temperature is not None and req.temperature < 0:
+        raise bad("temperature", f"'temperature' must be >= 0, got {req.temperature}")
+    req.top_p = _number(body, "top_p")
+    if req.top_p is not None and not 0.0 < req.top_p <= 1.0:
+        raise bad("top_p", f"'top_p' must be in (0, 1], got {req.top_p}")
+    req.top_k = _int(body, "top_k")
+    if req.top_k is not None and req.top_k < 0:
+        raise bad("top_k", f"'top_k' must be >= 0, got {req.top_k}")
+    req.seed = _int(body, "seed")
+
+    n = _int(body, "n")
+    if n is not None and n != 1:
+        raise bad("n", f"'n' must be 1 (one choice per request), got {n}")
+    req.stop = _stops(_get(body, "stop"))
+    req.stream = _bool(body, "stream")
+    opts = _get(body, "stream_options")
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise bad("stream_options", f"'stream_options' must be an object, got {_jtype(opts)}")
+        req.include_usage = _bool(opts, "include_usage")
+    _refuse_unsupported(body)
+    _extension(body, req)
+    return req
+
+
+def _stops(v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad("stop", "'stop' must be a string or an array of strings")
+    if len(stops) > MAX_STOPS:
+        raise bad("stop", f"'stop' takes at most {MAX_STOPS} strings, got {len(stops)}")
+    if any(not s for s in stops):
+        raise bad("stop", "'stop' strings must not be empty")
+    return tuple(stops)
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    """Fields whose non-default value asks for something this server does not do: refused, not ignored."""
+    wanted = {
+        "logprobs": bool(_get(body, "logprobs")),
+        "top_logprobs": bool(_get(body, "top_logprobs")),
+        "tools": bool(_get(body, "tools")),
+        "functions": bool(_get(body, "functions")),
+        "echo": bool(_get(body, "echo")),
+        "suffix": bool(_get(body, "suffix")),
+        "best_of": _get(body, "best_of") not in (None, 1),
+        "response_format": isinstance(_get(body, "response_format"), dict)
+        and body["response_format"].get("type", "text") != "text",
+    }
+    for key, asked in wanted.items():
+        if asked:
+            raise bad(key, f"'{key}' is not supported by this server")
+
+
+def _extension(body: dict[str, Any], req: GenerationRequest) -> None:
+    ext = _get(body, EXTENSION)
+    if ext is None:
+        return
+    if not isinstance(ext, dict):
+        raise bad(EXTENSION, f"'{EXTENSION}' must be an object, got {_jtype(ext)}")
+    unknown = sorted(set(ext) - EXTENSION_KEYS)
+    if unknown:
+        raise bad(
+            EXTENSION,
+            f"unknown '{EXTENSION}' fields: {', '.join(unknown)}; known: {', '.join(sorted(EXTENSION_KEYS))}",
+        )
+    method = ext.get("method")
+    if method is not None and not isinstance(method, str):
+        raise bad(f"{EXTENSION}.method", f"'{EXTENSION}.method' must be a string, got {_jtype(method)}")
+    req.method = method
+    opt = ext.get("opt")
+    if opt is not None:
+        if not isinstance(opt, dict) or not all(isinstance(v, (bool, int, float, str)) for v in opt.values()):
+            raise bad(
+                f"{EXTENSION}.opt", f"'{EXTENSION}.opt' must be an object of numbers, booleans or strings"
+            )
+        req.options = dict(opt)
+    req.ignore_eos = _bool(ext, "ignore_eos")
+    req.return_token_ids = _bool(ext, "return_token_ids")
+
+
+def parse_chat(body: Any) -> GenerationRequest:
+    """Check a /v1/chat/completions body."""
+    req = _common(body, "chat")
+    messages = _get(body, "messages")
+    if messages is None:
+        raise bad("messages", "'messages' is required")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "'messages' must be a non-empty array")
+    req.messages = [_message(i, m) for i, m in enumerate(messages)]
+    return req
+
+
+def _message(i: int, m: Any) -> dict[str, str]:
+    where = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise bad(where, f"'{where}' must be an object, got {_jtype(m)}")
+    role = m.get("role")
+    if role not in ROLES:
+        raise bad(f"{where}.role", f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}")
+    content = m.get("content")
+    if isinstance(content, list):  # content parts: text only
+        parts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise bad(f"{where}.content", f"'{where}.content' parts must be text parts")
+            parts.append(part["text"])
+        content = "".join(parts)
+    if not isinstance(content, str):
+        raise bad(f"{where}.content", f"'{where}.content' must be a string, got {_jtype(content)}")
+    return {"role": ROLES[role], "content": content}
+
+
+def parse_completion(body: Any) -> GenerationRequest:
+    """Check a /v1/completions body (``prompt``: a string, one string in an array, or token ids)."""
+    req = _common(body, "completion")
+    prompt = _get(body, "prompt")
+    if prompt is None:
+        raise bad("prompt", "'prompt' is required")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise bad("prompt", "'prompt' must be a string, one string in an array, or an array of token ids")
+    elif not isinstance(prompt, str):
+        raise bad("prompt", f"'prompt' must be a string, got {_jtype(prompt)}")
+    if not prompt:
+        raise bad("prompt", "'prompt' is empty")
+    req.prompt = prompt
+    return req
+
+
+# --------------------------------------------------------------------------- response bodies
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+@dataclass
+class Envelope:
+    """What every body and chunk of one response shares."""
+
+    kind: str
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def chunk(
+        self, text: str | None, finish_reason: str | None = None, first: bool = False
+    ) -> dict[str, Any]:
+        """One stream chunk: a text delta and/or the finish reason (chat's first chunk carries the role)."""
+        if self.kind == "chat":
+            delta: dict[str, str] = {}
+            if first:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            obj = "text_completion"
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
+
+    def usage_chunk(self, use: dict[str, int]) -> dict[str, Any]:
+        """The last chunk when ``stream_options.include_usage``: no choices, the usage of the whole reply."""
+        obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": use,
+        }
+
+    def full(self, text: str, finish_reason: str, use: dict[str, int]) -> dict[str, Any]:
+        """The non-streamed body."""
+        if self.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            obj = "text_completion"
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": use,
+        }
