@@ -14,6 +14,16 @@ from fastforward.data import load_dataset, render_prompt
 from fastforward.models.loading import LoadedModel, load_model
 
 
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """A test that runs the CLI in-process may set torch's threads (bench picks the free cores when the
+    machine is busy); put them back so one busy moment does not slow every later test."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def smollm2() -> LoadedModel:
     return load_model("smollm2-135m", "float32", threads=2)

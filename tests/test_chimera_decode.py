@@ -144,7 +144,7 @@ def test_build_rejects_missing_heads_and_unknown_options(tmp_path):
 
 def test_reduced_vocabulary_heads_keep_greedy_tree_verification_exact_on_smollm2(smollm2, real_prompts):
     """vocab=2048 (80% of corpus tokens): heads draft only frequent ids; the target still decides every token."""
-    from fastforward.core.vocab import subset_for
+    from fastforward.data.vocab_corpus import subset_for
 
     draft = new_draft(smollm2.model)
     draft.restrict_vocab(subset_for(smollm2.tokenizer, 2048, draft.lm_head.shape[0], smollm2.eos_token_ids))

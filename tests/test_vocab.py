@@ -14,8 +14,8 @@ from fastforward.core.vocab import (
     count_ids,
     head_weight,
     rank_subset,
-    subset_for,
 )
+from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder

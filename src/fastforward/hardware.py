@@ -1,15 +1,32 @@
-"""A one-line description of where numbers were measured, written into every result file.
+"""The machine: where numbers were measured, which dtype suits it, and whether it is quiet enough to time.
 
-It names the CPU's instruction set as torch uses it: machines of one kind differ (AVX-512 with bf16
-instructions vs AVX2 only), and which dtype makes multi-token forwards cheap depends on it."""
+- :func:`describe` is the one-line hardware description written into every result file. It names the CPU's
+  instruction set as torch uses it: machines of one kind differ (AVX-512 with bf16 instructions vs AVX2
+  only), and which dtype makes multi-token forwards cheap depends on it.
+- :func:`choose_dtype` is ``--dtype auto``: a pure function of the device and the CPU's flags, so it can be
+  tested with the recorded flags of other CPUs.
+- :func:`busy_state`, :func:`choose_threads` and :func:`timing_lock` guard timing runs: on 2 cores, 2 torch
+  threads next to another busy process stall at their OpenMP barrier (measured 40 ms -> 700 ms per token),
+  so a timing run warns when the machine is busy and defaults to the cores that are free. All of this only
+  *reads* ``/proc``; nothing here ever pauses or signals a process.
+
+torch and transformers are imported inside the functions that need them, so the CLI can check its
+arguments (and print ``--help``) without paying for those imports.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
-import torch
-import transformers
+# CPU flags (as /proc/cpuinfo spells them) that make bf16 matmuls native rather than emulated.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+LOCK_PATH = Path(tempfile.gettempdir()) / "ffbench.lock"
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
@@ -27,8 +44,15 @@ def _cpuinfo() -> tuple[str, set[str]]:
     return cpu, flags
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is not available)."""
+    return _cpuinfo()[1]
+
+
 def cpu_isa() -> str:
     """torch's CPU capability (e.g. AVX2, AVX512) plus the bf16 / VNNI / AMX extensions the CPU reports."""
+    import torch
+
     _, flags = _cpuinfo()
     extras = [name for flag, name in (("avx512_bf16", "bf16"), ("avx512_vnni", "vnni"), ("amx_tile", "amx"))
               if flag in flags]  # fmt: skip
@@ -37,6 +61,9 @@ def cpu_isa() -> str:
 
 
 def describe() -> str:
+    import torch
+    import transformers
+
     cpu, _ = _cpuinfo()
     parts = [
         f"{cpu}, ISA {cpu_isa()}, {os.cpu_count()} cores, "
@@ -46,3 +73,203 @@ def describe() -> str:
         parts.append(f"GPU {torch.cuda.get_device_name(0)}")
     parts.append(f"transformers {transformers.__version__}")
     return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- --dtype auto
+
+
+def choose_dtype(
+    device: str, flags: set[str] | frozenset[str], capability: str, cuda_bf16: bool = True
+) -> tuple[str, str]:
+    """``--dtype auto``: (dtype, why) for a device and the CPU's flags / torch CPU capability.
+
+    CPU: bfloat16 only where the CPU has native bf16 matmuls (AVX512_BF16 or AMX); elsewhere torch emulates
+    bf16 and it is the slow case, so float32. CUDA: bfloat16, or float16 on GPUs without bf16."""
+    if device.startswith("cuda"):
+        if cuda_bf16:
+            return "bfloat16", "CUDA GPU with bf16 support"
+        return "float16", "CUDA GPU without bf16 support"
+    native = [f for f in BF16_FLAGS if f in flags]
+    if native or "BF16" in capability.upper() or "AMX" in capability.upper():
+        what = ", ".join(native) or capability
+        return "bfloat16", f"this CPU has native bf16 matmuls ({what})"
+    return "float32", (
+        f"this CPU ({capability}) has no AVX512_BF16 or AMX, so bf16 would be emulated and slower; "
+        "pass --dtype bfloat16 to override"
+    )
+
+
+def resolve_dtype(requested: str, device: str = "cpu") -> tuple[str, str | None]:
+    """The dtype to load: ``requested`` itself, or :func:`choose_dtype` on this machine for ``auto``
+    (then also the reason, to be printed once)."""
+    if requested != "auto":
+        return requested, None
+    import torch
+
+    cuda_bf16 = False
+    if device.startswith("cuda") and torch.cuda.is_available():
+        cuda_bf16 = bool(torch.cuda.is_bf16_supported())
+    return choose_dtype(device, cpu_flags(), torch.backends.cpu.get_cpu_capability(), cuda_bf16)
+
+
+# --------------------------------------------------------------------------- busy machine, threads, lock
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask), which can be fewer than the machine has."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass
+class BusyState:
+    """How loaded the machine is, from /proc only: ``other_cores`` is CPU time other processes used over
+    the sampling interval, in cores; ``top`` names the busiest of them."""
+
+    cores: int
+    load1: float
+    other_cores: float
+    top: list[tuple[str, int, float]] = field(default_factory=list)  # (command, pid, cores)
+
+    @property
+    def busy(self) -> bool:
+        return self.load1 > self.cores or self.other_cores >= 0.5
+
+    def message(self) -> str:
+        who = ", ".join(f"{name} (pid {pid}) {c:.0%}" for name, pid, c in self.top[:3])
+        return (
+            f"the machine is busy (load average {self.load1:.2f} on {self.cores} cores; other processes use "
+            f"{self.other_cores:.1f} cores{': ' + who if who else ''}): timings will be noisy"
+        )
+
+
+def _proc_ticks() -> dict[int, tuple[str, int]]:
+    """pid -> (command, utime + stime ticks) of every process readable in /proc."""
+    out: dict[int, tuple[str, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name = raw[raw.find("(") + 1 : raw.rfind(")")]
+        rest = raw[raw.rfind(")") + 2 :].split()
+        out[int(entry.name)] = (name, int(rest[11]) + int(rest[12]))  # fields 14 and 15: utime, stime
+    return out
+
+
+def busy_state(interval_s: float = 0.3) -> BusyState:
+    """Sample the CPU time of every other process over ``interval_s`` (reads /proc only)."""
+    cores = usable_cores()
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        load1 = 0.0
+    if not os.path.isdir("/proc"):
+        return BusyState(cores, load1, 0.0)
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    mine = {os.getpid()}
+    before = _proc_ticks()
+    start = time.monotonic()
+    time.sleep(interval_s)
+    after = _proc_ticks()
+    elapsed = time.monotonic() - start
+    top: list[tuple[str, int, float]] = []
+    for pid, (name, ticks) in after.items():
+        if pid in mine or pid not in before:
+            continue
+        used = (ticks - before[pid][1]) / hz / elapsed
+        if used > 0.05:
+            top.append((name, pid, used))
+    top.sort(key=lambda t: -t[2])
+    return BusyState(cores, load1, sum(t[2] for t in top), top)
+
+
+def choose_threads(cores: int, other_cores: float) -> int:
+    """torch threads for a timing run: the cores other processes leave free (at least 1), because a
+    thread that shares its core with another process stalls every OpenMP barrier of a forward."""
+    return max(1, min(cores, round(cores - other_cores)))
+
+
+def _holder_of(path: Path) -> int | None:
+    """The pid holding a flock on ``path``, from /proc/locks (None if unlocked or unknown)."""
+    try:
+        inode = path.stat().st_ino
+        with open("/proc/locks", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a "->" marks blocked waiters)
+                if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+                    continue
+                if int(parts[5].rsplit(":", 1)[1]) == inode:
+                    return int(parts[4])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _ancestors() -> set[int]:
+    """This process's parent, grandparent, ... (a timing run started under ``flock LOCK cmd`` is inside
+    its caller's lock)."""
+    out, pid = set(), os.getppid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                raw = f.read()
+            pid = int(raw[raw.rfind(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+_LOCK_FILE: IO[str] | None = None
+
+
+def timing_lock(path: Path = LOCK_PATH) -> str | None:
+    """Take the advisory timing lock for the rest of this process (never waits, never signals anyone).
+
+    Returns a warning when another timing run holds it (then both runs' figures are noisy), else None. A
+    lock held by one of our ancestors (``flock /tmp/ffbench.lock fastforward bench ...``) counts as ours."""
+    global _LOCK_FILE
+    import fcntl
+
+    if _LOCK_FILE is not None:
+        return None
+    try:
+        f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until the process exits
+    except OSError:
+        return None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        holder = _holder_of(path)
+        if holder is not None and (holder == os.getpid() or holder in _ancestors()):
+            return None
+        who = f" (pid {holder})" if holder else ""
+        return f"another timing run holds {path}{who}: both runs' timings will be noisy"
+    _LOCK_FILE = f
+    return None
+
+
+def timing_preflight(threads: int | None) -> tuple[int, list[str]]:
+    """Before a timing run: take the lock, look at the load, and pick the torch threads.
+
+    Returns (threads, warnings): ``threads`` is the user's choice or the cores other processes leave free;
+    the warnings (busy machine, a held lock, more threads than free cores) are for the caller to print."""
+    warnings = [w for w in [timing_lock()] if w]
+    state = busy_state()
+    if state.busy:
+        warnings.append(state.message())
+    chosen = threads or choose_threads(state.cores, state.other_cores)
+    if threads and threads + state.other_cores > state.cores + 0.5:
+        warnings.append(
+            f"--threads {threads} with {state.other_cores:.1f} of {state.cores} cores busy oversubscribes "
+            "the cores: forwards will stall at their thread barriers"
+        )
+    return chosen, warnings

@@ -6,6 +6,9 @@ configuration with the cheapest 1-token forward is "the fastest AR we build", th
 with AR in that same configuration as the baseline, plus AR in the fastest configuration as a second
 baseline. Results go to one JSON file (schema of issue 13, ``runs`` / ``cost_curves``), rewritten after
 every dataset; a dataset already in the file is skipped (resume after an interruption).
+
+A ``draft`` (default smollm2-135m, for ``sd-cross`` and the draft-model methods) is loaded in the fastest-AR
+configuration: drafting is one token at a time, so it wants the cheapest 1-token forward.
 """
 
 from __future__ import annotations
@@ -102,13 +105,14 @@ def run_cpu_speed(
     options: dict[str, Any],
     verify_k: int = 8,
     ks: tuple[int, ...] = KS,
+    draft: str | None = None,
 ) -> dict[str, Any]:
     state: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     if state and state.get("model") != model:
         raise FastForwardError(
             f"{out} holds a study of {state.get('model')}, not {model}; choose another --out"
         )
-    state.update(model=model, hardware=hardware.describe(), command=" ".join(sys.argv))
+    state.update(model=model, hardware=hardware.describe(), command=" ".join(sys.argv), draft=draft)
     state.setdefault("runs", [])
 
     curves: list[dict] = []
@@ -132,7 +136,8 @@ def run_cpu_speed(
     _write(out, state)  # the curves are finished work: keep them even if the benches are interrupted
 
     target = load_model(model, verify_pick.dtype, path=verify_pick.path)
-    decoders = build_decoders(methods, target, None, options)
+    draft_model = load_model(draft, ar_pick.dtype, path=ar_pick.path) if draft else None
+    decoders = build_decoders(methods, target, draft_model, options)
     config_of: dict[str, tuple[str, str]] = {}  # (dtype, path) of decoders not on the parallel configuration
     if (ar_pick.dtype, ar_pick.path) != (verify_pick.dtype, verify_pick.path):
         fastest = load_model(model, ar_pick.dtype, path=ar_pick.path)

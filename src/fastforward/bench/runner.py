@@ -5,11 +5,16 @@
 - Warm-up generations (one per method) are excluded; everything after is counted, nothing dropped.
 - The method order rotates from prompt to prompt, so drift in machine speed does not favour one method.
 - ``identical_to_ar`` compares each method's tokens with the greedy AR tokens of the same prompt.
+- Every finished turn goes to ``on_turn`` (the CLI appends it to a sample log,
+  :mod:`fastforward.bench.samplelog`); turns in ``saved`` (from an interrupted run) are counted from their
+  records instead of being generated again, and the rotation of the method order is the same as in an
+  uninterrupted run.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +48,33 @@ class MethodTotals:
             }
         )
 
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Count a generation from its sample-log entry (see :func:`turn_entry`) as if it had just run."""
+        c = saved["counters"]
+        stats = DecodeStats(
+            method="restored",
+            new_tokens=c["new_tokens"],
+            target_forwards=c["target_forwards"],
+            wall_time_s=c["wall_time_s"],
+            draft_time_s=c["draft_time_s"],
+            extras=c["extras"],
+        )
+        self.totals.add(stats, saved["record"]["identical_to_ar"])
+        self.samples.append(saved["record"])
+
+
+def turn_entry(record: dict[str, Any], stats: DecodeStats) -> dict[str, Any]:
+    """One method's part of a sample-log line: its ``per_sample`` record and the exact counters its totals
+    sum (the record's wall time is rounded; draft time and extras are not in it)."""
+    counters = {
+        "new_tokens": stats.new_tokens,
+        "target_forwards": stats.target_forwards,
+        "wall_time_s": stats.wall_time_s,
+        "draft_time_s": stats.draft_time_s,
+        "extras": stats.extras,
+    }
+    return {"record": record, "counters": counters}
+
 
 def run_bench(
     target: LoadedModel,
@@ -52,14 +84,22 @@ def run_bench(
     dataset: str,
     warmup: int = 1,
     resolved: dict[str, Any] | None = None,
+    saved: Mapping[tuple[int, int], dict[str, Any]] | None = None,
+    on_turn: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """Run every decoder on every turn of ``samples``; ``saved``/``on_turn``: see the module docstring."""
     if BASELINE not in decoders:
         raise ValueError("the AR baseline must be among the decoders")
     names = list(decoders)
     tok = target.tokenizer
     greedy = config.sampling.greedy
+    saved = saved or {}
+    todo = sum(len(s.turns) for s in samples) - sum((i, t) in saved for i, s in enumerate(samples)
+                                                    for t in range(len(s.turns)))  # fmt: skip
+    if saved:
+        log(f"resuming: {len(saved)} turns done, {todo} to go")
 
-    if warmup and samples:
+    if warmup and samples and todo:
         ids = render_prompt(tok, [{"role": "user", "content": samples[0].turns[0]}])
         warm = GenerationConfig(
             max_new_tokens=min(16, config.max_new_tokens),
@@ -76,16 +116,27 @@ def run_bench(
         messages: list[dict[str, str]] = []
         for turn, user in enumerate(sample.turns):
             messages.append({"role": "user", "content": user})
-            ids = render_prompt(tok, messages)
             order = names[k % len(names) :] + names[: k % len(names)]
             k += 1
+            if (si, turn) in saved:
+                entry = saved[(si, turn)]
+                for n in names:
+                    totals[n].restore(entry["methods"][n])
+                messages.append({"role": "assistant", "content": entry["assistant"]})
+                continue
+            ids = render_prompt(tok, messages)
             results = {n: decoders[n].generate(ids, config) for n in order}
             ref = results[BASELINE].tokens
+            answer = tok.decode(ref, skip_special_tokens=True)
+            entries = {}
             for n in names:
                 same = (results[n].tokens == ref) if greedy else None
                 text = tok.decode(results[n].tokens, skip_special_tokens=True)
                 totals[n].add(sample, turn, results[n].stats, same, text)
-            messages.append({"role": "assistant", "content": tok.decode(ref, skip_special_tokens=True)})
+                entries[n] = turn_entry(totals[n].samples[-1], results[n].stats)
+            messages.append({"role": "assistant", "content": answer})
+            if on_turn is not None:
+                on_turn({"index": si, "id": sample.id, "turn": turn, "assistant": answer, "methods": entries})
             line = ", ".join(f"{n} {results[n].stats.tokens_per_s:.1f}" for n in names)
             log(f"[{si + 1}/{len(samples)}] {sample.id} turn {turn + 1}: tok/s {line}")
 

@@ -1,7 +1,10 @@
 """The ``fastforward`` command: thin subcommands over library functions.
 
 Each command lives in its own module exposing ``add_parser(subparsers)``; absent modules are skipped.
-User errors (:class:`FastForwardError`) print one line and exit 2, never a traceback.
+Only the module of the command being run is imported (``fastforward bench ...`` never imports the training
+code), so checking arguments, ``--help`` of one command and ``--version`` stay fast; every argument is
+checked by :mod:`fastforward.cli.validate` before the command runs. User errors (:class:`FastForwardError`,
+argparse's own) print one line and exit 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import importlib
 import os
 import sys
 
-from transformers.utils import logging as hf_logging
-
+from fastforward import __version__
+from fastforward.cli.validate import Parser, check_args
 from fastforward.errors import FastForwardError
 
 COMMANDS = (
+    "methods",
     "models",
     "costs",
     "cpu_speed",
     "generate",
+    "serve",
+    "chat",
     "bench",
     "report",
     "score",
@@ -34,10 +40,14 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fastforward", description="Decode many tokens per forward pass.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``fastforward`` parser; ``only``: the one command to import and register (all when None)."""
+    parser = Parser(prog="fastforward", description="Decode many tokens per forward pass.")
+    parser.add_argument("--version", action="version", version=f"fastforward {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
+        if only is not None and name != only:
+            continue
         try:
             mod = importlib.import_module(f"fastforward.cli.{name}")
         except ModuleNotFoundError as e:
@@ -48,15 +58,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The module of the command named first in ``argv`` (``cpu-speed`` -> ``cpu_speed``), if it is one."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    name = argv[0].replace("-", "_")
+    return name if name in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    # transformers reads these when it is first imported (set here so that importing it is not needed
+    # before the arguments are checked): errors only, no progress bars
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # without importing every command
+        print(f"fastforward {__version__}")
+        return 0
     try:
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
+        args = build_parser(_command(argv)).parse_args(argv)
+        check_args(args)
+        if "transformers" in sys.modules:  # imported before main() (a caller in-process): too late for env
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
         return int(args.func(args) or 0)
     except FastForwardError as e:
-        print(f"fastforward: error: {e}", file=sys.stderr)
+        print(f"fastforward: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fastforward: interrupted", file=sys.stderr)

@@ -1,4 +1,9 @@
-"""``fastforward bench``: methods side by side on the same prompts; JSON plus a markdown table."""
+"""``fastforward bench``: methods side by side on the same prompts; JSON plus a markdown table.
+
+Nothing is lost: ``--out`` is checked writable before any model loads, every finished turn is appended to
+``OUT.samples.jsonl`` as it finishes, ``--resume`` continues an interrupted run from there (refusing other
+options), and the final JSON and table are written atomically (:mod:`fastforward.bench.samplelog`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,14 @@ import argparse
 import json
 from pathlib import Path
 
-from fastforward.bench.report import markdown_table
-from fastforward.bench.runner import run_bench
-from fastforward.cli.common import add_generation_args, add_model_args, generation_config, load_models
+from fastforward.cli.common import add_generation_args, add_model_args
+from fastforward.cli.validate import check_writable
 from fastforward.data import load_dataset
-from fastforward.decoders.registry import build_decoders, parse_options
 from fastforward.errors import FastForwardError
 from fastforward.log import log
+
+# Arguments that change only timing or where files go, not which tokens come out: they may differ on resume.
+NOT_IDENTITY = {"func", "command", "threads", "warmup", "out", "resume"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,44 +26,124 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_generation_args(p)
     p.add_argument("--dataset", default="mtbench", help="gsm8k, humaneval, mtbench, sharegpt (comma list ok)")
-    p.add_argument("--split", default="heldout", help="gsm8k split: heldout (default), train, all")
-    p.add_argument("--data-path", default=None, help="user JSONL instead of --dataset")
+    p.add_argument("--split", default="heldout", help="gsm8k split: heldout, train, all")
+    p.add_argument(
+        "--data-path",
+        default=None,
+        help="user JSONL instead of --dataset: one object a line with prompt, question, turns (a list of "
+        "strings) or messages (a list of {role, content}), and an optional answer",
+    )
     p.add_argument("--limit", type=int, default=10, help="samples per dataset")
     p.add_argument(
         "--methods",
         default="ar,hf_generate",
-        help="comma list, or 'all' (every lossless method); name:tag runs a method again under its own options",
+        help="comma list, or 'all' (every lossless method that can run with what is given; --draft adds the "
+        "draft-model ones); name:tag runs a method again under its own options; see `fastforward methods`",
     )
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per method (excluded)")
-    p.add_argument("--out", default=None, help="write JSON here (and a .md table beside it)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="write the result JSON here (FILE.json; the markdown table goes beside it as FILE.md, and "
+        "finished turns to FILE.samples.jsonl while the run lasts); FILE.md also works: the JSON then goes "
+        "to FILE.json",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run whose turns are in OUT.samples.jsonl (same options required)",
+    )
     p.set_defaults(func=run)
 
 
+def out_paths(out: str) -> tuple[Path, Path]:
+    """(JSON path, table path) for ``--out``: FILE.json -> FILE.md beside it; FILE.md -> FILE.json beside
+    it (so a table path is never overwritten with JSON); anything else is refused."""
+    p = Path(out).expanduser()
+    if p.suffix == ".json":
+        return p, p.with_suffix(".md")
+    if p.suffix == ".md":
+        return p.with_suffix(".json"), p
+    raise FastForwardError(
+        f"--out {out}: expected a path ending in .json (the table goes beside it as .md) or .md"
+    )
+
+
+def identity(args: argparse.Namespace, dtype: str, sample_ids: list[str]) -> dict:
+    """What makes two bench runs the same run (for --resume): every argument that changes which tokens come
+    out, with ``auto`` resolved to the dtype it picked and the samples by id."""
+    out = {k: v for k, v in vars(args).items() if k not in NOT_IDENTITY}
+    out.update(dtype=dtype, samples=sample_ids)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
+    from fastforward.bench.samplelog import SampleLog, atomic_write_text, log_path
+
+    # 1. everything a user can get wrong, before any model loads (one-line errors)
+    paths = out_paths(args.out) if args.out else None
+    if args.resume and paths is None:
+        raise FastForwardError("--resume needs --out: the run to continue is found beside it")
+    if paths is not None:
+        for p in (*paths, log_path(paths[0])):
+            check_writable(p, "--out", file=True)
     samples = []
-    names = [args.data_path] if args.data_path else [d.strip() for d in args.dataset.split(",")]
+    names = [args.data_path] if args.data_path else [d.strip() for d in args.dataset.split(",") if d.strip()]
+    if not names:
+        raise FastForwardError("--dataset is empty; choose from gsm8k, humaneval, mtbench, sharegpt")
     for d in names:
         samples += load_dataset(d, args.limit, args.split, args.data_path)
     if not samples:
         raise FastForwardError("no samples to benchmark")
+    from fastforward.hardware import resolve_dtype, timing_preflight
+
+    dtype, _ = resolve_dtype(args.dtype, args.device)
+    ident = identity(args, dtype, [s.id for s in samples])
+    sample_log = SampleLog.open(log_path(paths[0]), ident, args.resume) if paths else None
+
+    # 2. the timing run: warn if it will be noisy, then load and go
+    args.threads, warnings = timing_preflight(args.threads)
+    for w in warnings:
+        log(f"warning: {w}")
+    from fastforward.bench.report import markdown_table
+    from fastforward.bench.runner import run_bench
+    from fastforward.cli.common import generation_config, load_models
+    from fastforward.core.options import parse_options
+    from fastforward.decoders.registry import build_decoders
+
     target, draft = load_models(args)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
     methods = list(decoders)
     config = generation_config(args, target)
     log(
-        f"bench {target.name} {args.dtype}: {len(samples)} samples x {len(methods)} methods ({', '.join(methods)})"
+        f"bench {target.name} {target.dtype}, {args.threads} threads: {len(samples)} samples x "
+        f"{len(methods)} methods ({', '.join(methods)})"
     )
     resolved = {k: v for k, v in vars(args).items() if k != "func"}
-    result = run_bench(target, decoders, samples, config, ",".join(names), args.warmup, resolved)
+    try:
+        result = run_bench(
+            target, decoders, samples, config, ",".join(names), args.warmup, resolved,
+            saved=sample_log.done if sample_log else None,
+            on_turn=sample_log.append if sample_log else None,
+        )  # fmt: skip
+    except BaseException:  # Ctrl-C or a crash: say where the finished turns are
+        if sample_log is not None:
+            sample_log.close()
+        if sample_log is not None and sample_log.done:
+            log(
+                f"stopped: {len(sample_log.done)} finished turns are saved in {sample_log.path}; "
+                "run the same command with --resume to continue"
+            )
+        raise
     if draft is not None:
         result["draft"] = draft.name
     table = markdown_table(result)
     print(table)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        out.with_suffix(".md").write_text(table + "\n")
-        log(f"wrote {out} and {out.with_suffix('.md')}")
+    if paths is not None:
+        atomic_write_text(paths[0], json.dumps(result, indent=2) + "\n")
+        atomic_write_text(paths[1], table + "\n")
+        if sample_log is not None:
+            sample_log.close(remove=True)  # the JSON holds every sample now
+        log(f"wrote {paths[0]} and {paths[1]}")
     print(json.dumps({n: round(m["speedup_vs_ar"], 3) for n, m in result["methods"].items()}))
     return 0

@@ -13,7 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("chimera-report", help="summarise a Chimera run (head accuracy + benches) in one JSON")
     p.add_argument("--heads", nargs="+", default=[], help="train-chimera --report files, one per variant")
     p.add_argument("--bench", nargs="+", default=[], help="bench JSONs with ar and chimera entries")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="summary JSON")
     p.set_defaults(func=run)
 
 

@@ -1,58 +1,102 @@
-"""Flags shared by subcommands that load models or generate."""
+"""Flags shared by subcommands that load models or generate, and the one place they load them.
+
+Nothing heavy is imported at module level: a command's flags are checked (:mod:`fastforward.cli.validate`)
+before torch and transformers are imported, so a mistyped flag costs a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from fastforward.core.decoder import GenerationConfig, SamplingConfig
-from fastforward.models.kernels import PATHS
-from fastforward.models.loading import DTYPES, LoadedModel, load_model
+from fastforward.cli.validate import DTYPE_NAMES, kernel_path
+from fastforward.log import log
 from fastforward.models.registry import DEFAULT_MODEL
 
+if TYPE_CHECKING:
+    from fastforward.core.decoder import GenerationConfig
+    from fastforward.models.loading import LoadedModel
 
-def add_model_args(p: argparse.ArgumentParser, draft: bool = True, path: bool = True) -> None:
+
+def add_model_args(
+    p: argparse.ArgumentParser, draft: bool = True, path: bool = True, dtype: str = "auto"
+) -> None:
+    """``--model``, ``--draft``, ``--dtype`` (default ``auto`` unless a command needs one: training does),
+    ``--path``, ``--device`` and ``--threads``."""
     p.add_argument("--model", default=DEFAULT_MODEL, help="registry name, HF model directory, or .gguf file")
     if draft:
-        p.add_argument("--draft", default=None, help="draft model (same tokenizer) for speculative methods")
-    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
+        p.add_argument(
+            "--draft",
+            default=None,
+            help="draft model (same tokenizer) for the methods that take one: sd, sd-sample, typical, "
+            "consultant, hf_assisted (an error with any other method)",
+        )
+    p.add_argument(
+        "--dtype",
+        default=dtype,
+        choices=["auto", *DTYPE_NAMES],
+        help="weights and activations dtype; auto = bfloat16 on CPUs with native bf16 (AVX512_BF16/AMX) "
+        "and on CUDA, float32 on other CPUs (the choice and why are printed)",
+    )
     if path:  # training needs plain parameters, so it offers no kernel path
         p.add_argument(
             "--path",
             default="default",
-            choices=list(PATHS),
+            type=kernel_path,
             help="kernel path of the linear layers: default, or prepacked (oneDNN weights reordered once; "
             "cheap multi-token forwards on CPUs where the default GEMM is not; see `fastforward costs`)",
         )
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: timing commands use the cores other processes leave free, "
+        "others all cores)",
+    )
 
 
 def add_generation_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=128, help="most new tokens per answer")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (1 = off)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     p.add_argument(
         "--opt",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="method option, repeatable (e.g. block_size=16, gamma=5, eps=2.0); LABEL.key=value applies to one --methods entry only",
+        help="method option, repeatable (e.g. block_size=16, gamma=5); unscoped it goes to the methods that "
+        "have it, LABEL.key=value to one --methods entry; `fastforward methods` lists every option",
     )
 
 
+def resolve_dtype(args: argparse.Namespace) -> str:
+    """``args.dtype`` with ``auto`` resolved for this machine and ``args.device``, printed once (with why)."""
+    from fastforward.hardware import resolve_dtype as choose
+
+    dtype, why = choose(args.dtype, getattr(args, "device", "cpu"))
+    if why is not None:
+        log(f"--dtype auto: {dtype} ({why})")
+        args.dtype = dtype
+    return dtype
+
+
 def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | None]:
-    target = load_model(args.model, args.dtype, args.device, args.threads, args.path)
+    from fastforward.models.loading import load_model
+
+    dtype = resolve_dtype(args)
+    target = load_model(args.model, dtype, args.device, args.threads, args.path)
     draft = (
-        load_model(args.draft, args.dtype, args.device, path=args.path)
-        if getattr(args, "draft", None)
-        else None
+        load_model(args.draft, dtype, args.device, path=args.path) if getattr(args, "draft", None) else None
     )
     return target, draft
 
 
 def generation_config(args: argparse.Namespace, target: LoadedModel) -> GenerationConfig:
+    from fastforward.core.decoder import GenerationConfig, SamplingConfig
+
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         eos_token_ids=target.eos_token_ids,

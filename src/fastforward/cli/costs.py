@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from fastforward.bench.costs import KS, cached_curve, choose
+from fastforward.cli.validate import warn_if_busy
 from fastforward.errors import FastForwardError
 from fastforward.hardware import describe
 from fastforward.log import log
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise FastForwardError("--k: expected comma-separated positive integers") from None
     if ks[0] < 1 or args.context < 1 or args.repeats < 1:
         raise FastForwardError("--k, --context and --repeats must be positive")
+    warn_if_busy()
     records: list[dict] = []
     for dtype in dtypes:
         for path in paths:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from fastforward.bench.cpu_speed import run_cpu_speed
+from fastforward.cli.validate import warn_if_busy
 from fastforward.core.options import parse_options
 from fastforward.errors import FastForwardError
 
@@ -15,18 +16,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "cpu-speed",
         help="cost curves per dtype/path, then methods on the cheapest verify configuration vs the fastest AR",
     )
-    p.add_argument("--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--datasets", default="gsm8k,humaneval,mtbench")
-    p.add_argument("--methods", default="ar,hf_generate,hf_pld,pld,lookahead,jacobi")
+    p.add_argument(
+        "--model", default="qwen2.5-coder-1.5b", help="registry name, HF model directory, or .gguf file"
+    )
+    p.add_argument("--datasets", default="gsm8k,humaneval,mtbench", help="comma list of datasets")
+    p.add_argument(
+        "--methods",
+        default="ar,hf_generate,hf_pld,pld,lookahead,jacobi,sd-cross",
+        help="comma list (see fastforward methods)",
+    )
+    p.add_argument(
+        "--draft",
+        default="smollm2-135m",
+        help="draft model for sd-cross / draft-model methods, loaded in the fastest-AR configuration "
+        "('' for none)",
+    )
     p.add_argument("--limit", type=int, default=20, help="samples per dataset")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=128, help="most new tokens per answer")
     p.add_argument(
         "--verify-k", type=int, default=8, help="block size the parallel configuration is chosen for"
     )
     p.add_argument(
         "--opt", action="append", default=[], metavar="KEY=VALUE", help="method option, repeatable"
     )
-    p.add_argument("--out", type=Path, default=Path("results/cpu_speed.json"))
+    p.add_argument("--out", type=Path, default=Path("results/cpu_speed.json"), help="result JSON")
     p.set_defaults(func=run)
 
 
@@ -34,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1 or args.max_new_tokens < 1 or args.verify_k < 1:
         raise FastForwardError("--limit, --max-new-tokens and --verify-k must be positive")
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    warn_if_busy()
     run_cpu_speed(
         args.model, datasets, args.methods, args.limit, args.max_new_tokens, args.out,
-        parse_options(args.opt), args.verify_k,
+        parse_options(args.opt), args.verify_k, draft=args.draft or None,
     )  # fmt: skip
     return 0

@@ -13,14 +13,14 @@ from fastforward.models.loading import DTYPES
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval-cllm", help="compare a CLLM with its base model (speed, accuracy, exactness)")
-    p.add_argument("--base", default="smollm2-135m")
+    p.add_argument("--base", default="smollm2-135m", help="the base model the CLLM was trained from")
     p.add_argument("--cllm", required=True, help="trained model directory")
-    p.add_argument("--dataset", default="gsm8k")
-    p.add_argument("--data-path", default=None)
-    p.add_argument("--split", default="heldout")
-    p.add_argument("--limit", type=int, default=5)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--dataset", default="gsm8k", help="gsm8k, humaneval, mtbench or sharegpt")
+    p.add_argument("--data-path", default=None, help="user JSONL instead of --dataset")
+    p.add_argument("--split", default="heldout", help="gsm8k split: heldout, train, all")
+    p.add_argument("--limit", type=int, default=5, help="prompts timed")
+    p.add_argument("--block-size", type=int, default=16, help="Jacobi block size")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="most new tokens per answer")
     p.add_argument("--dtype", default="bfloat16", choices=list(DTYPES), help="dtype of the timed runs")
     p.add_argument("--exact-limit", type=int, default=None, help="prompts for the fp32 exactness check")
     p.add_argument(
@@ -29,10 +29,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="prompts for a batched fp32 accuracy/repetition run (0 = off)",
     )
-    p.add_argument("--quality-batch-size", type=int, default=16)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--quality-batch-size", type=int, default=16, help="prompts per batch of the quality run")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up generations per method (excluded)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--out", default="results/cllm_gsm8k.json")
+    p.add_argument("--out", default="results/cllm_gsm8k.json", help="result JSON")
     p.set_defaults(func=run)
 
 

@@ -17,15 +17,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="accuracy, repetition and length of greedy answers (batched; the first model is the reference)",
     )
     p.add_argument("--model", action="append", required=True, help="registry name or model dir; repeatable")
-    p.add_argument("--dataset", default="gsm8k")
-    p.add_argument("--data-path", default=None)
-    p.add_argument("--split", default="heldout")
+    p.add_argument("--dataset", default="gsm8k", help="gsm8k, humaneval, mtbench or sharegpt")
+    p.add_argument("--data-path", default=None, help="user JSONL instead of --dataset")
+    p.add_argument("--split", default="heldout", help="gsm8k split: heldout, train, all")
     p.add_argument("--limit", type=int, default=None, help="prompts (default: the whole split)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="most new tokens per answer")
+    p.add_argument(
+        "--dtype", default="float32", choices=list(DTYPES), help="model dtype (float32: exact greedy)"
+    )
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per batch")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--out", default="results/quality.json")
+    p.add_argument("--out", default="results/quality.json", help="result JSON")
     p.set_defaults(func=run)
 
 

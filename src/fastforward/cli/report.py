@@ -12,7 +12,7 @@ from fastforward.errors import FastForwardError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="markdown tables from saved bench JSON files")
-    p.add_argument("files", nargs="+")
+    p.add_argument("files", nargs="+", help="JSON files written by fastforward bench --out")
     p.set_defaults(func=run)
 
 
@@ -23,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
             table = markdown_table(data)
         except FileNotFoundError:
             raise FastForwardError(f"no such result file: {f}") from None
-        except (json.JSONDecodeError, KeyError) as e:
+        except (OSError, UnicodeDecodeError) as e:
+            raise FastForwardError(f"cannot read {f}: {e}") from None
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise FastForwardError(
                 f"{f} is not a fastforward bench result ({type(e).__name__}: {e})"
             ) from None

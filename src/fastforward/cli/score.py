@@ -1,11 +1,16 @@
-"""``fastforward score RESULT.json``: add GSM8K accuracy / HumanEval pass@1 per method to a bench JSON."""
+"""``fastforward score RESULT.json``: add GSM8K accuracy / HumanEval pass@1 per method to a bench JSON.
+
+It first says what it can score in each dataset of the file (MT-bench and ShareGPT answers are open-ended and
+have no automatic score), so a result without GSM8K or HumanEval samples gets an explanation, not an empty
+table."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from fastforward.eval.score import score_file
+from fastforward.errors import FastForwardError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,8 +21,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    quality = score_file(args.result, args.timeout)
-    lines = ["| method | dataset | correct / n | score | relative to ar |", "|---|---|---|---|---|"]
+    from fastforward.eval.score import explain, score_file
+
+    path = Path(args.result)
+    if not path.is_file():
+        raise FastForwardError(
+            f"bench result not found: {path} (expected a JSON written by fastforward bench --out)"
+        )
+    quality = score_file(path, args.timeout)
+    result = json.loads(path.read_text(encoding="utf-8"))
+    for ds, what in explain(result).items():
+        print(f"{ds}: {what}")
+    if not any(quality.values()):
+        print(f"nothing to score in {path}: it holds no GSM8K or HumanEval samples (file left unchanged)")
+        return 0
+    lines = ["", "| method | dataset | correct / n | score | relative to ar |", "|---|---|---|---|---|"]
     for name, q in quality.items():
         for ds, v in q.items():
             score = v.get("accuracy", v.get("pass_at_1"))

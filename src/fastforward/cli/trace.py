@@ -7,7 +7,6 @@ import argparse
 import re
 import sys
 
-from fastforward import trace
 from fastforward.cli.common import add_model_args, generation_config, load_models
 from fastforward.data import render_prompt
 from fastforward.decoders.registry import build_decoder, parse_options
@@ -17,13 +16,13 @@ from fastforward.errors import FastForwardError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="draw the Jacobi trajectory of one prompt (terminal, PNG or HTML)")
     add_model_args(p, draft=False)
-    p.add_argument("--method", default="jacobi", choices=["jacobi"])
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--method", default="jacobi", choices=["jacobi"], help="the method traced (Jacobi only)")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="most new tokens")
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="e.g. block_size=16")
     p.add_argument("--out", default=None, help="write FILE.png or FILE.html")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--no-color", action="store_true", help="plain terminal output")
-    p.add_argument("prompt")
+    p.add_argument("prompt", help="the prompt to decode")
     p.set_defaults(func=run, temperature=0.0, top_k=0, top_p=1.0, seed=None)
 
 
@@ -34,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     if options.get("record") is False:
         raise FastForwardError("trace needs the trajectory: drop record=false")
     options["record"] = True
+    from fastforward import trace  # here: it imports torch, which checking the arguments does not need
+
     target, _ = load_models(args)
     decoder = build_decoder(args.method, target, None, options)
     tok = target.tokenizer

@@ -24,22 +24,27 @@ from fastforward.models.loading import load_model
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-chimera", help="train (and evaluate) a Chimera draft for a target model")
-    add_model_args(p, draft=False, path=False)
+    add_model_args(p, draft=False, path=False, dtype="float32")
     p.add_argument("--out", required=True, help="directory for the draft (draft.safetensors + config)")
     p.add_argument("--data", default=None, help="self-distillation cache (default OUT/data)")
     p.add_argument("--sharegpt", type=int, default=40, help="training prompts from ShareGPT")
     p.add_argument("--gsm8k", type=int, default=40, help="training prompts from the GSM8K train part")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer length when collecting data")
     p.add_argument("--gen-batch-size", type=int, default=8, help="prompts answered per batch when collecting")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--variant", default="chimera", choices=["chimera", "no_residual", "medusa"])
+    p.add_argument("--heads", type=int, default=4, help="draft heads (tokens proposed per step)")
+    p.add_argument(
+        "--variant",
+        default="chimera",
+        choices=["chimera", "no_residual", "medusa"],
+        help="draft architecture",
+    )
     p.add_argument("--vocab", default="shared", choices=["shared", "own"], help="how heads reach the vocab")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--mse-weight", type=float, default=1.0)
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=4, help="sequences per step")
+    p.add_argument("--max-len", type=int, default=256, help="most tokens per training sequence")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=20, help="learning-rate warm-up steps")
+    p.add_argument("--mse-weight", type=float, default=1.0, help="weight of the hidden-state MSE loss")
     p.add_argument(
         "--ce-positions",
         type=int,
@@ -47,8 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="per head and step, CE on this many random answer positions (0 = all)",
     )
     p.add_argument("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--eval", action="store_true", help="evaluate after training")
     p.add_argument(

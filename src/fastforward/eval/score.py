@@ -9,6 +9,7 @@ Samples of other datasets (MT-bench, ShareGPT) are left unscored. Only turn 0 is
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,60 @@ def score_result(result: dict[str, Any], timeout_s: float = 10.0) -> dict[str, A
     return {n: m["quality"] for n, m in methods.items()}
 
 
+SCORED = {"gsm8k": "accuracy (final number vs the gold answer)", "humaneval": "pass@1 (tests in a sandbox)"}
+UNSCORED = {
+    "mtbench": "open-ended questions: MT-bench grades answers with an LLM judge, which fastforward does not run",
+    "sharegpt": "open-ended conversations without reference answers",
+}
+
+
+def _dataset_of(sample_id: str) -> str:
+    """The dataset of a sample id, for result files written before records named their dataset."""
+    for prefix, ds in (
+        ("gsm8k-", "gsm8k"),
+        ("HumanEval/", "humaneval"),
+        ("mtbench-", "mtbench"),
+        ("sharegpt-", "sharegpt"),
+    ):
+        if sample_id.startswith(prefix):
+            return ds
+    return "unknown"
+
+
+def explain(result: dict[str, Any]) -> dict[str, str]:
+    """For each dataset in a bench result: what ``score`` measures on it, or why it cannot score it."""
+    counts: dict[str, int] = {}
+    for m in result.get("methods", {}).values():
+        for s in m.get("per_sample", []):
+            ds = s.get("dataset") or _dataset_of(str(s.get("id", "")))
+            counts[ds] = counts.get(ds, 0) + 1
+        break  # every method has the same samples
+    out = {}
+    for ds, n in counts.items():
+        if ds in SCORED:
+            out[ds] = f"{n} generations; scored: {SCORED[ds]}, first turns only"
+        else:
+            why = UNSCORED.get(
+                ds, "user data (--data-path): no automatic score; the answers are in per_sample[].text"
+            )
+            out[ds] = f"{n} generations; not scored: {why}"
+    return out
+
+
 def score_file(path: str | Path, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Score a bench JSON and add the scores to it in place (only when something could be scored)."""
     p = Path(path)
     try:
-        result = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise FastForwardError(f"cannot read bench result {p}: {e}") from e
+        result = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FastForwardError(f"cannot read bench result {p}: {e}") from None
+    if not isinstance(result, dict):
+        raise FastForwardError(
+            f"{p} is not a bench result (a JSON object written by fastforward bench --out)"
+        )
     quality = score_result(result, timeout_s)
-    p.write_text(json.dumps(result, indent=2) + "\n")
+    if any(quality.values()):
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(tmp, p)
     return quality

