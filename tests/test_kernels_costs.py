@@ -174,3 +174,30 @@ def test_cpu_speed_records_are_flat_and_name_both_baselines():
     assert recs[FASTEST_AR]["identical_to_ar_fp32"] == 0.5  # bf16 agreement with fp32 AR, reported not hidden
     assert recs["hf_pld"]["tokens_per_forward"] is None
     assert recs["pld"]["path"] == "prepacked"
+
+
+def test_fp32_logits_scores_bf16_hidden_states_against_a_float32_head() -> None:
+    from fastforward.core.vocab import RestrictedHead, VocabSubset
+    from fastforward.decoders.registry import build_decoder
+    from fastforward.models.kernels import Fp32Head, fp32_logits
+
+    from .conftest import greedy_config, make_tiny
+
+    tiny = make_tiny()
+    tiny.model.to(torch.bfloat16)
+    w = tiny.model.lm_head.weight.detach().clone()
+    ids = torch.tensor([[3, 17, 42, 99]])
+    with torch.no_grad():
+        hidden = tiny.model.model(input_ids=ids).last_hidden_state
+        fp32_logits(tiny.model)
+        logits = tiny.model(input_ids=ids).logits
+    assert isinstance(tiny.model.lm_head, Fp32Head) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, torch.nn.functional.linear(hidden.float(), w.float()))
+    assert fp32_logits(tiny.model) is tiny.model  # idempotent
+    # decoders and restricted draft heads take the float32 head as they take any other
+    out = build_decoder("ar", tiny, None, {}).generate([3, 17, 42], greedy_config(8)).tokens
+    assert len(out) == 8 and out == [int(t) for t in out]
+    head = RestrictedHead(tiny.model.lm_head.weight, None, VocabSubset(torch.arange(0, 512, 2), 512))
+    assert head(hidden[0, -1]).shape == (256,)
+    f32 = make_tiny()
+    assert fp32_logits(f32.model).lm_head is f32.model.lm_head  # a float32 model is left alone

@@ -162,6 +162,8 @@ def run_bench(
     out: dict[str, Any] = {
         "model": target.name,
         "dtype": target.dtype,
+        "path": getattr(target.model, "fastforward_path", "default"),
+        "fp32_logits": bool(getattr(target.model, "fastforward_fp32_logits", False)),
         "dataset": dataset,
         "hardware": hardware.describe(),
         "max_new_tokens": config.max_new_tokens,

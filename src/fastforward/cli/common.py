@@ -46,6 +46,12 @@ def add_model_args(
             help="kernel path of the linear layers: default, or prepacked (oneDNN weights reordered once; "
             "cheap multi-token forwards on CPUs where the default GEMM is not; see `fastforward costs`)",
         )
+        p.add_argument(
+            "--fp32-logits",
+            action="store_true",
+            help="compute the LM head in float32 on a bf16/fp16 model: near-tied top-1/top-2 logits keep "
+            "their order, so multi-token methods agree with AR more often (costs a float32 copy of the head)",
+        )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument(
         "--threads",
@@ -87,7 +93,8 @@ def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | No
     from fastforward.models.loading import load_model
 
     dtype = resolve_dtype(args)
-    target = load_model(args.model, dtype, args.device, args.threads, args.path)
+    logits32 = getattr(args, "fp32_logits", False)
+    target = load_model(args.model, dtype, args.device, args.threads, args.path, logits32)
     draft = (
         load_model(args.draft, dtype, args.device, path=args.path) if getattr(args, "draft", None) else None
     )

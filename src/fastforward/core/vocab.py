@@ -119,4 +119,7 @@ class RestrictedHead(nn.Module):
             self.linear.bias = nn.Parameter(bias.detach().index_select(0, ids).clone(), requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        w = getattr(self.linear, "weight", None)
+        if isinstance(w, torch.Tensor) and w.dtype != hidden.dtype:  # a float32 head on a bf16 model
+            hidden = hidden.to(w.dtype)
         return self.linear(hidden)

@@ -37,7 +37,7 @@ from fastforward.models.cache import (  # noqa: F401 - re-exported: callers impo
     converted_dir,
     is_pulled,
 )
-from fastforward.models.kernels import check_path, prepare
+from fastforward.models.kernels import check_path, fp32_logits, prepare
 from fastforward.models.registry import REGISTRY, ModelSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -283,10 +283,16 @@ def _resolve(ref: str) -> tuple[str, Path]:
 
 
 def load_model(
-    ref: str, dtype: str = "float32", device: str = "cpu", threads: int | None = None, path: str = "default"
+    ref: str,
+    dtype: str = "float32",
+    device: str = "cpu",
+    threads: int | None = None,
+    path: str = "default",
+    logits32: bool = False,
 ) -> LoadedModel:
     """Load a model for inference. ``ref``: registry name, HF directory or .gguf file; ``path``: the kernel
-    path of its linear layers (:mod:`fastforward.models.kernels`)."""
+    path of its linear layers (:mod:`fastforward.models.kernels`); ``logits32``: compute the LM head in float32
+    on a reduced-precision model (:func:`fastforward.models.kernels.fp32_logits`)."""
     # here, not at the top: the Auto classes add ~0.6 s (python -X importtime) to every CLI start-up
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -309,4 +315,6 @@ def load_model(
     model = model.to(device).eval()
     model.requires_grad_(False)
     prepare(model, kernel_path)
+    if logits32:
+        fp32_logits(model)
     return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype)
