@@ -66,78 +66,56 @@ class ServeMetrics:
         )
         self.waiting = Gauge(p + "num_requests_waiting", "requests queued for the model worker", registry=r)
         self.running = Gauge(p + "num_requests_running", "requests the model worker is decoding", registry=r)
-        self.prompt_tokens = Counter(
-            p + "prompt_tokens", "prompt tokens of started generations", ["method"], registry=r
+
+        def per_method(kind, name: str, doc: str, *extra: str, **kw):  # one label set for most series
+            return kind(p + name, doc, ["method", *extra], registry=r, **kw)
+
+        def latency(name: str, doc: str) -> Histogram:
+            return per_method(Histogram, name, doc, buckets=LATENCY_BUCKETS)
+
+        self.prompt_tokens = per_method(Counter, "prompt_tokens", "prompt tokens of started generations")
+        self.generation_tokens = per_method(
+            Counter, "generation_tokens", "tokens generated (all generations, cancelled ones included)"
         )
-        self.generation_tokens = Counter(
-            p + "generation_tokens",
-            "tokens generated (all generations, cancelled ones included)",
-            ["method"],
-            registry=r,
-        )
-        self.ttft = Histogram(
-            p + "time_to_first_token_seconds",
+        self.ttft = latency(
+            "time_to_first_token_seconds",
             "from request arrival to the first generated token (queue wait included)",
-            ["method"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.e2e = Histogram(
-            p + "e2e_request_latency_seconds",
-            "from request arrival to the last token",
-            ["method"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue_time = Histogram(
-            p + "request_queue_time_seconds",
-            "time spent waiting for the model worker",
-            ["method"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.e2e = latency("e2e_request_latency_seconds", "from request arrival to the last token")
+        self.queue_time = latency("request_queue_time_seconds", "time spent waiting for the model worker")
         # Speculative-decoding counters, per method; complete generations only (see observe_generation).
-        self.spec_tokens = Counter(
-            p + "spec_decode_generation_tokens",
+        self.spec_tokens = per_method(
+            Counter,
+            "spec_decode_generation_tokens",
             "tokens of generations counted below (divide by target_forwards for tokens per forward)",
-            ["method"],
-            registry=r,
         )
-        self.forwards = Counter(
-            p + "spec_decode_num_target_forwards",
-            "target-model forwards, prefill included",
-            ["method"],
-            registry=r,
+        self.forwards = per_method(
+            Counter, "spec_decode_num_target_forwards", "target-model forwards, prefill included"
         )
-        self.drafts = Counter(
-            p + "spec_decode_num_drafts",
-            "verification forwards (target forwards after the prefill)",
-            ["method"],
-            registry=r,
+        self.drafts = per_method(
+            Counter, "spec_decode_num_drafts", "verification forwards (target forwards after the prefill)"
         )
-        self.draft_tokens = Counter(
-            p + "spec_decode_num_draft_tokens",
+        self.draft_tokens = per_method(
+            Counter,
+            "spec_decode_num_draft_tokens",
             "draft tokens proposed (methods that count them: sd family, pld, lookahead)",
-            ["method"],
-            registry=r,
         )
-        self.accepted_tokens = Counter(
-            p + "spec_decode_num_accepted_tokens",
+        self.accepted_tokens = per_method(
+            Counter,
+            "spec_decode_num_accepted_tokens",
             "draft tokens accepted: tokens a forward committed beyond the target's own token",
-            ["method"],
-            registry=r,
         )
-        self.accepted_per_pos = Counter(
-            p + "spec_decode_num_accepted_tokens_per_pos",
+        self.accepted_per_pos = per_method(
+            Counter,
+            "spec_decode_num_accepted_tokens_per_pos",
             "draft tokens accepted at each draft position (draft-then-verify methods)",
-            ["method", "position"],
-            registry=r,
+            "position",
         )
-        self.proposed_per_pos = Counter(
-            p + "spec_decode_num_draft_tokens_per_pos",
+        self.proposed_per_pos = per_method(
+            Counter,
+            "spec_decode_num_draft_tokens_per_pos",
             "draft tokens proposed at each draft position (draft-then-verify methods)",
-            ["method", "position"],
-            registry=r,
+            "position",
         )
 
     def ensure_method(self, method: str) -> None:

@@ -81,31 +81,32 @@ def _get(body: dict[str, Any], key: str) -> Any:
     return body.get(key)  # JSON null counts as absent, as in OpenAI's API
 
 
-def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+_KINDS: dict[str, tuple[type, ...]] = {"a boolean": (bool,), "an integer": (int,), "a number": (int, float)}
+
+
+def _typed(body: dict[str, Any], key: str, kind: str) -> Any:
+    """An optional field of JSON type ``kind`` (a key of _KINDS), None when absent; a boolean is never a
+    number here, although Python's bool is an int."""
     v = _get(body, key)
     if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise bad(key, f"'{key}' must be a boolean, got {_jtype(v)}")
+        return None
+    if (isinstance(v, bool) and kind != "a boolean") or not isinstance(v, _KINDS[kind]):
+        raise bad(key, f"'{key}' must be {kind}, got {_jtype(v)}")
     return v
+
+
+def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    v = _typed(body, key, "a boolean")
+    return default if v is None else v
 
 
 def _int(body: dict[str, Any], key: str) -> int | None:
-    v = _get(body, key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise bad(key, f"'{key}' must be an integer, got {_jtype(v)}")
-    return v
+    return _typed(body, key, "an integer")
 
 
 def _number(body: dict[str, Any], key: str) -> float | None:
-    v = _get(body, key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise bad(key, f"'{key}' must be a number, got {_jtype(v)}")
-    return float(v)
+    v = _typed(body, key, "a number")
+    return None if v is None else float(v)
 
 
 def _jtype(v: Any) -> str:

@@ -254,7 +254,6 @@ class CrossTokenizerDrafter:
 
     def reset(self) -> None:
         self.inner.reset()
-        self.proposed_draft_tokens = 0  # draft-vocabulary tokens generated (the draft's own work)
 
     def propose(self, ctx: DraftContext) -> Proposal:
         if not ctx.sampling.greedy:
@@ -267,7 +266,6 @@ class CrossTokenizerDrafter:
         if not draft_ids:
             return Proposal([])
         drafted = self.inner.propose(DraftContext(draft_ids, ctx.gamma, ctx.sampling, None, self.draft_eos))
-        self.proposed_draft_tokens += len(drafted.tokens)
         base = self.draft_tok.decode(draft_ids, skip_special_tokens=False)
         full = self.draft_tok.decode(draft_ids + drafted.tokens, skip_special_tokens=False)
         if not full.startswith(base):  # the draft rewrote the boundary (e.g. a split multi-byte character)
