@@ -80,6 +80,9 @@ def test_subset_for_returns_none_for_the_whole_vocabulary_and_reads_a_saved_rank
     assert subset_for(None, 2, 5, always=(4,), counts_file=path).ids.tolist() == [1, 4]
     with pytest.raises(FastForwardError, match="counts 5 ids"):
         subset_for(None, 2, 7, counts_file=path)
+    path.write_bytes(b"not a tensor file")
+    with pytest.raises(FastForwardError, match="cannot read"):
+        subset_for(None, 2, 5, counts_file=path)
 
 
 def _tiny_sd(vocab_ids: list[int] | None, gamma: int = 4) -> tuple[SpeculativeDecoder, object]:

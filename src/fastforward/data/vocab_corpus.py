@@ -55,8 +55,11 @@ def corpus_counts(tokenizer: Any, vocab_size: int, max_chars: int = DEFAULT_CORP
     """Token counts of :func:`corpus_texts` under ``tokenizer``, computed once and cached per tokenizer."""
     path = cache_root() / "vocab" / f"{tokenizer_key(tokenizer)}-{max_chars}.pt"
     if path.exists():
-        counts = torch.load(path, weights_only=True)
-        if counts.numel() == vocab_size:
+        try:
+            counts = torch.load(path, weights_only=True)
+        except Exception:  # noqa: BLE001 - a partial or corrupt cache file is recomputed, not fatal
+            counts = None
+        if isinstance(counts, torch.Tensor) and counts.numel() == vocab_size:
             return counts
     texts = list(corpus_texts(max_chars))
     batches = (texts[i : i + 256] for i in range(0, len(texts), 256))
@@ -83,7 +86,14 @@ def subset_for(
     if size == 0 or size >= vocab_size:
         return None
     if counts_file is not None and Path(counts_file).exists():
-        counts = torch.load(counts_file, weights_only=True)
+        try:
+            counts = torch.load(counts_file, weights_only=True)
+        except Exception as e:  # noqa: BLE001
+            raise FastForwardError(
+                f"cannot read {counts_file}: {type(e).__name__}; delete or re-save it"
+            ) from None
+        if not isinstance(counts, torch.Tensor) or counts.dim() != 1:
+            raise FastForwardError(f"{counts_file} does not hold a 1-D tensor of token counts")
         if counts.numel() != vocab_size:
             raise FastForwardError(
                 f"{counts_file} counts {counts.numel()} ids, but the model's vocabulary has {vocab_size}"
