@@ -149,11 +149,6 @@ CASES: list[tuple[str, list[str], str]] = [
     ),
     ("methods-unknown-name", ["methods", "warp"], "unknown method 'warp'"),
     (
-        "jacobi-sampling",
-        ["generate", "--method", "jacobi", "--temperature", "0.7", HI],
-        "greedy decoding only",
-    ),
-    (
         "sd-sample-greedy",
         ["bench", "--methods", "ar,sd-sample", "--draft", "smollm2-135m"],
         "sampling decoding only",

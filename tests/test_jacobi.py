@@ -179,11 +179,13 @@ def test_invalid_options_are_clear_errors(options, match):
         build_decoder("jacobi", make_tiny(), None, options)
 
 
-def test_sampling_is_refused():
-    dec = JacobiDecoder(make_tiny().model)
-    cfg = GenerationConfig(8, sampling=SamplingConfig(temperature=1.0, seed=1))
-    with pytest.raises(FastForwardError, match="greedy"):
-        dec.generate([1, 2], cfg)
+def test_sampling_commits_every_token_and_skips_the_fixed_point_measures():
+    """Sampling is lossless in distribution (tests/test_sampling_methods.py); here: the loop's bookkeeping."""
+    dec = JacobiDecoder(make_tiny().model, JacobiConfig(block_size=4))
+    res = dec.generate([1, 2], GenerationConfig(9, sampling=SamplingConfig(temperature=1.0, seed=1)))
+    assert len(res.tokens) == 9 and sum(res.stats.accepted_per_step) == 9
+    assert res.stats.extras["blocks"] == 2  # after the prefill's token: blocks of 4 + 4
+    assert "fast_forward_tokens" not in res.stats.extras
 
 
 # --------------------------------------------------------------------------- real model

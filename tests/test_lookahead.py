@@ -96,10 +96,13 @@ def test_invalid_options_are_clear_errors(options, match):
         build_decoder("lookahead", make_tiny(), None, options)
 
 
-def test_sampling_is_refused():
+def test_sampling_runs_to_the_length_cap_and_is_seeded():
+    """Sampling is lossless in distribution (tests/test_sampling_methods.py); here: the loop's bookkeeping."""
     dec = LookaheadDecoder(make_tiny().model)
-    with pytest.raises(FastForwardError, match="greedy"):
-        dec.generate([1, 2], GenerationConfig(8, sampling=SamplingConfig(temperature=1.0, seed=1)))
+    cfg = GenerationConfig(12, sampling=SamplingConfig(temperature=1.0, seed=1))
+    res = dec.generate([1, 2, 3, 1, 2, 3, 1, 2], cfg)
+    assert len(res.tokens) == 12 and sum(res.stats.accepted_per_step) == 12
+    assert dec.generate([1, 2, 3, 1, 2, 3, 1, 2], cfg).tokens == res.tokens
 
 
 # --------------------------------------------------------------------------- decoder on tiny models

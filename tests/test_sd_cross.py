@@ -73,13 +73,18 @@ def test_sd_cross_equals_greedy_ar_on_smollm2(smollm2, real_prompts, foreign: bo
         assert accepted > proposed // 2  # the same model through text: most drafts survive re-tokenization
 
 
-def test_sd_cross_refuses_sampling_and_sd_points_to_it(smollm2) -> None:
+def test_sd_points_to_sd_cross_and_sd_cross_samples(smollm2, real_prompts) -> None:
+    """Re-tokenized drafts are point masses: under sampling they are verified by rejection sampling with
+    q = one-hot (the rule pld uses; its distribution test is in tests/test_sampling_methods.py)."""
     tok = _foreign_tokenizer()
     tiny = make_tiny(vocab=len(tok), seed=3)
     draft = LoadedModel("tiny-bpe", tiny.path, tiny.model, tok, "float32")
     with pytest.raises(FastForwardError, match="sd-cross"):
         build_decoder("sd", smollm2, draft, {})
-    dec = build_decoder("sd-cross", smollm2, draft, {})
-    config = GenerationConfig(max_new_tokens=4, sampling=SamplingConfig(temperature=0.8, seed=0))
-    with pytest.raises(FastForwardError, match="greedily only"):
-        dec.generate([1, 2, 3], config)
+    dec = build_decoder("sd-cross", smollm2, smollm2, {"gamma": 4})  # the same model, through text
+    config = GenerationConfig(
+        max_new_tokens=24, eos_token_ids=(), sampling=SamplingConfig(temperature=0.7, seed=0)
+    )
+    got = dec.generate(real_prompts[0], config)
+    assert len(got.tokens) == 24 and got.stats.extras["spec_accepted"] > 0
+    assert dec.generate(real_prompts[0], config).tokens == got.tokens

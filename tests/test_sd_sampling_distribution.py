@@ -29,7 +29,6 @@ distributions all give p < 1e-4.)
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,9 +39,8 @@ from fastforward.core.decoder import Decoder, GenerationConfig, SamplingConfig
 from fastforward.core.sampling import processed_probs
 from fastforward.core.vocab import RestrictedHead, VocabSubset
 from fastforward.decoders.registry import build_decoder
+from fastforward.eval import distribution
 from fastforward.models.loading import LoadedModel
-
-from .conftest import make_tiny
 
 VOCAB = 12
 LOGIT_SCALE = 3.0  # random init gives near-uniform softmaxes; sharpen both models' LM heads
@@ -51,7 +49,6 @@ NEW_TOKENS = 4  # x1 from the prefill; then 2 draft tokens (gamma 3 capped by th
 N_SAMPLES = 2000
 N_CONTROL = 500
 ALPHA = 1e-3
-MIN_EXPECTED = 5.0
 CONFIGS = [(1.0, 0), (0.7, 5)]  # (temperature, top_k)
 
 
@@ -65,10 +62,7 @@ def _one_thread() -> Iterator[None]:
 
 
 def _sharpened(seed: int) -> LoadedModel:
-    loaded = make_tiny(vocab=VOCAB, seed=seed)
-    with torch.no_grad():
-        loaded.model.lm_head.weight.mul_(LOGIT_SCALE)
-    return loaded
+    return distribution.tiny_target(VOCAB, seed, LOGIT_SCALE)
 
 
 @pytest.fixture(scope="module")
@@ -85,51 +79,15 @@ def sampling(temperature: float, top_k: int, seed: int) -> SamplingConfig:
     return SamplingConfig(temperature=temperature, top_k=top_k, top_p=1.0, seed=seed)
 
 
-def exact_joint(model: LoadedModel, cfg: SamplingConfig) -> torch.Tensor:
-    """The model's exact distribution over the first NEW_TOKENS new tokens after PROMPT: [V] * NEW_TOKENS.
-
-    One fp32 forward over every continuation of length NEW_TOKENS - 1 (no cache), processed like the
-    decoders process logits; float64 products."""
-    conts = torch.tensor(list(itertools.product(range(VOCAB), repeat=NEW_TOKENS - 1)), dtype=torch.long)
-    ids = torch.cat([torch.tensor(PROMPT).expand(len(conts), -1), conts], dim=1)  # [V^(n-1), P + n - 1]
-    with torch.inference_mode():
-        logits = model.model(input_ids=ids).logits[:, len(PROMPT) - 1 :].float()  # [V^(n-1), n, V]
-    probs = processed_probs(logits, cfg).double()
-    joint = torch.tensor(1.0, dtype=torch.float64)
-    for i in range(NEW_TOKENS):
-        # Step i depends only on the first i continuation tokens (rows are in itertools.product order, the
-        # last token fastest): one row per such prefix, every VOCAB ** (NEW_TOKENS - 1 - i)-th.
-        step = probs[:: VOCAB ** (NEW_TOKENS - 1 - i), i].reshape(*([VOCAB] * (i + 1)))
-        joint = joint.unsqueeze(-1) * step
+def exact_joint(model: LoadedModel, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
+    """The model's exact distribution over the first NEW_TOKENS new tokens after ``prompt``: [V] * NEW_TOKENS."""
+    joint = distribution.exact_joint(model.model, cfg, prompt, NEW_TOKENS)
     assert torch.allclose(joint.sum(), torch.tensor(1.0, dtype=torch.float64), atol=1e-9)
     return joint
 
 
-def chi_square_pvalue(observed: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, float]:
-    """Pearson's goodness of fit of counts ``observed`` to cell probabilities ``probs`` (same shape).
-
-    Cells with expected count < MIN_EXPECTED are pooled into one cell (merged into the smallest other cell
-    if the pool is still below MIN_EXPECTED). Returns (statistic, degrees of freedom, p-value)."""
-    obs = observed.flatten().double()
-    expected = probs.flatten().double() * obs.sum()
-    big = expected >= MIN_EXPECTED
-    cells_obs, cells_exp = obs[big], expected[big]
-    pool_obs, pool_exp = obs[~big].sum(), expected[~big].sum()
-    if pool_exp >= MIN_EXPECTED:
-        cells_obs = torch.cat([cells_obs, pool_obs[None]])
-        cells_exp = torch.cat([cells_exp, pool_exp[None]])
-    elif pool_exp > 0 or pool_obs > 0:
-        smallest = int(cells_exp.argmin())
-        cells_obs[smallest] += pool_obs
-        cells_exp[smallest] += pool_exp
-    stat = float(((cells_obs - cells_exp) ** 2 / cells_exp).sum())
-    df = len(cells_exp) - 1
-    pvalue = float(
-        torch.special.gammaincc(
-            torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
-        )
-    )
-    return stat, df, pvalue
+chi_square_pvalue = distribution.chi_square_pvalue
+pair_marginal = distribution.pair_marginal
 
 
 def counts(samples: list[list[int]], a: int, b: int) -> torch.Tensor:
@@ -138,11 +96,6 @@ def counts(samples: list[list[int]], a: int, b: int) -> torch.Tensor:
     for s in samples:
         table[s[a], s[b]] += 1
     return table
-
-
-def pair_marginal(joint: torch.Tensor, a: int, b: int) -> torch.Tensor:
-    """The exact [V, V] marginal of new tokens (a, b) from the full joint."""
-    return joint.sum(dim=[d for d in range(NEW_TOKENS) if d not in (a, b)])
 
 
 def assert_follows(samples: list[list[int]], joint: torch.Tensor, label: str) -> None:
@@ -164,21 +117,26 @@ def assert_follows(samples: list[list[int]], joint: torch.Tensor, label: str) ->
 
 
 def generate_all(
-    decoder: Decoder, temperature: float, top_k: int, n: int, new_tokens: int = NEW_TOKENS
+    decoder: Decoder,
+    temperature: float,
+    top_k: int,
+    n: int,
+    new_tokens: int = NEW_TOKENS,
+    prompt: list[int] = PROMPT,
+    top_p: float = 1.0,
 ) -> tuple[list[list[int]], list[dict[str, Any]]]:
-    """Generate ``new_tokens`` tokens after PROMPT once per seed 0..n-1: the samples and each run's extras."""
+    """Generate ``new_tokens`` tokens after ``prompt`` once per seed 0..n-1: the samples and each run's
+    extras (plus ``committed_per_step``, the stats' tokens per forward of that run)."""
     samples: list[list[int]] = []
     extras: list[dict[str, Any]] = []
     for seed in range(n):
+        cfg = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         result = decoder.generate(
-            PROMPT,
-            GenerationConfig(
-                max_new_tokens=new_tokens, eos_token_ids=(), sampling=sampling(temperature, top_k, seed)
-            ),
+            prompt, GenerationConfig(max_new_tokens=new_tokens, eos_token_ids=(), sampling=cfg)
         )
         assert len(result.tokens) == new_tokens
         samples.append(result.tokens)
-        extras.append(result.stats.extras)
+        extras.append({**result.stats.extras, "committed_per_step": list(result.stats.accepted_per_step)})
     return samples, extras
 
 

@@ -96,6 +96,19 @@ def test_chat_streamed_equals_non_streamed_with_emoji_and_cjk(served: Served) ->
     assert ext["decode_time_s"] > 0
 
 
+@pytest.mark.parametrize("method", ["lookahead", "jacobi"])
+def test_sampled_request_with_a_parallel_method_is_seeded(served: Served, method: str) -> None:
+    """Every lossless method samples (rejection sampling over its guesses); a seed reproduces the reply."""
+    client = served.client()
+    extra = {"fastforward": {"method": method, "return_token_ids": True}}
+    kw: dict[str, Any] = dict(
+        model=served.model, messages=OK["messages"], max_tokens=12, temperature=0.8, seed=3, extra_body=extra
+    )
+    a, b = client.chat.completions.create(**kw), client.chat.completions.create(**kw)
+    assert a.model_extra["fastforward"]["method"] == method
+    assert a.model_extra["fastforward"]["token_ids"] == b.model_extra["fastforward"]["token_ids"]
+
+
 def test_completions_streamed_and_not(served: Served) -> None:
     client = served.client()
     kw: dict[str, Any] = dict(
@@ -245,7 +258,12 @@ ALL_BAD: list[tuple[str, Any, int, str | None]] = [
     ("chat", {**OK, "fastforward": "pld"}, 400, "fastforward"),
     # found by the decoder itself, before the first token: still a 400, not a broken stream
     ("chat", {**OK, "fastforward": {"method": "lookahead", "opt": {"window": 0}}}, 400, None),
-    ("chat", {**OK, "stream": True, "temperature": 0.7, "fastforward": {"method": "lookahead"}}, 400, None),
+    (
+        "chat",
+        {**OK, "stream": True, "fastforward": {"method": "jacobi", "opt": {"block_size": 0}}},
+        400,
+        None,
+    ),
     ("chat", {**OK, "fastforward": {"method": "sd"}}, 400, None),  # needs a draft model; none is loaded
 ]
 

@@ -3,12 +3,15 @@
 Per step: the draft's heads give top-k candidates (:meth:`DraftState.propose`), arranged in the static tree
 (:mod:`fastforward.chimera.tree`); the target reads [root ; tree] with the tree mask and tree position ids
 (:mod:`fastforward.core.masks`) through its public forward, returning logits and last hidden states; a pure
-function picks the longest accepted path (exact greedy by default, typical acceptance with ``accept=typical``,
-lossy); the KV cache keeps that path contiguously (:func:`keep_positions`); the draft observes the target's
+function picks the accepted path (``accept=exact``, the default and lossless: greedy tree acceptance at
+temperature 0, recursive rejection sampling over the tree's point-mass candidates when sampling; lossy and
+opt-in: ``accept=typical``, Medusa's rule, and ``accept=consultant``, Consultant Decoding's EMA-NLL rule on
+the tree, the paper's pairing with a self-drafted tree); the KV cache keeps that path contiguously (:func:`keep_positions`); the draft observes the target's
 hidden states of the accepted nodes. Accepted counts include the bonus token the target always adds.
 
 Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chimera``), ``tree=default|chain``,
-``accept=greedy|typical``, ``eps=0.09``, ``alpha=0.3``, ``cache=16384`` (trigram LRU capacity), ``vocab=K``
+``accept=exact|typical|consultant`` (``greedy`` is the old name of ``exact``), ``eps`` (typical: 0.09, consultant:
+2.0), ``alpha=0.3`` (typical), ``beta=0.2`` (consultant), ``cache=16384`` (trigram LRU capacity), ``vocab=K``
 (heads score only the K most frequent tokens, :mod:`fastforward.core.vocab`; the ranking saved with the heads
 as ``vocab_counts.pt`` if there is one, else the shared corpus ranking; 0 = the whole vocabulary).
 """
@@ -23,9 +26,15 @@ import torch
 from fastforward.chimera.checkpoint import load_draft
 from fastforward.chimera.model import ChimeraDraft, TrigramLRU
 from fastforward.chimera.tree import Tree, chain_tree, default_tree, tree_tokens
-from fastforward.core.acceptance import accept_tree, accept_tree_typical
+from fastforward.core.acceptance import (
+    accept_tree,
+    accept_tree_consultant,
+    accept_tree_sampled,
+    accept_tree_typical,
+    consultant_ema,
+)
 from fastforward.core.cache import keep_positions
-from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
+from fastforward.core.decoder import Decoder, MissingInput, Run, SamplingConfig, Timer
 from fastforward.core.masks import positions, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
@@ -33,14 +42,19 @@ from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.errors import FastForwardError
 
+ACCEPT_RULES = ("exact", "greedy", "typical", "consultant")
+LOSSLESS_RULES = ("exact", "greedy")
+
 
 @dataclass(frozen=True)
 class ChimeraOptions:
     heads: str = ""  # directory saved by train-chimera (required)
     tree: str = opt("default", choices=("default", "chain"))
-    accept: str = opt("greedy", choices=("greedy", "typical"))  # greedy (lossless) | typical (lossy)
-    eps: float = opt(0.09, min=0.0)
-    alpha: float = opt(0.3, min=0.0)
+    # exact (lossless; "greedy" is its old name) | typical (lossy) | consultant (lossy)
+    accept: str = opt("exact", choices=ACCEPT_RULES)
+    eps: float | None = opt(None, min=0.0)  # typical threshold cap (0.09) / consultant EMA-NLL bound (2.0)
+    alpha: float = opt(0.3, min=0.0)  # typical entropy factor
+    beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
     cache: int = opt(16384, min=1)  # trigram LRU capacity
     vocab: int = opt(0, min=0)  # heads over the K most frequent tokens (0 = the whole vocabulary)
 
@@ -58,20 +72,19 @@ class ChimeraDecoder(Decoder):
         self.draft, self.options = draft, options
         k = draft.cfg.num_heads
         self.tree: Tree = chain_tree(k) if options.tree == "chain" else default_tree(k)
-        self.lossless = options.accept == "greedy"
+        self.lossless = options.accept in LOSSLESS_RULES
         # the trigram cache outlives one generation (the paper's lookup table); weights never change here
         self.trigram_cache = TrigramLRU(options.cache)
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         opts, tree, stats, sampling = self.options, self.tree, run.stats, run.config.sampling
-        if not sampling.greedy and opts.accept == "greedy":
-            raise FastForwardError("chimera: sampling needs accept=typical (greedy acceptance is exact only)")
         gen = make_generator(sampling, self.device)
         state = self.draft.new_state(self.trigram_cache)
         hits0, lookups0 = state.cache.hits, state.cache.lookups
         visible = tree_visibility(tree.parents)
         head_hits = [0] * self.draft.cfg.num_heads
         accepted_drafts: list[int] = []
+        ema = 0.0  # accept=consultant: EMA of the target's NLL after the last committed token
 
         cache, out = self.prefill(prompt_ids, run, output_hidden_states=True)
         prefix = prompt_ids.shape[1]
@@ -94,14 +107,10 @@ class ChimeraDecoder(Decoder):
                 output_hidden_states=True,
             )
             logits = out.logits[0]  # [N + 1, V]
-            if opts.accept == "greedy":
-                path = accept_tree(node_tokens, tree.parents, logits.argmax(-1).tolist())
-            else:
-                temp = sampling.temperature if sampling.temperature > 0 else 1.0
-                probs = torch.softmax(logits.float() / temp, -1)
-                path = accept_tree_typical(node_tokens, tree.parents, probs, opts.eps, opts.alpha)
-            token = int(select_token(logits[path[-1]], sampling, gen))
+            path, token = self._accept(node_tokens, logits, sampling, gen, ema)
             new = [node_tokens[i] for i in path[1:]] + [token]
+            if opts.accept == "consultant":
+                ema = consultant_ema(ema, logits[path], new, opts.beta)
             keep_positions(cache, prefix, path)
             prefix += len(path)
             run.commit(new)
@@ -126,6 +135,30 @@ class ChimeraDecoder(Decoder):
                 "head_accepted": head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
             }
         )
+
+    def _accept(
+        self,
+        node_tokens: list[int],
+        logits: torch.Tensor,
+        sampling: SamplingConfig,
+        gen: torch.Generator | None,
+        ema: float,
+    ) -> tuple[list[int], int]:
+        """The accepted path through the tree and the one token the target adds after it."""
+        opts, parents = self.options, self.tree.parents
+        if opts.accept in LOSSLESS_RULES:
+            if not sampling.greedy:  # lossless in distribution: the candidates are point-mass drafts
+                return accept_tree_sampled(node_tokens, parents, logits, sampling, gen)
+            path = accept_tree(node_tokens, parents, logits.argmax(-1).tolist())
+        elif opts.accept == "typical":
+            temp = sampling.temperature if sampling.temperature > 0 else 1.0
+            probs = torch.softmax(logits.float() / temp, -1)
+            eps = opts.eps if opts.eps is not None else 0.09
+            path = accept_tree_typical(node_tokens, parents, probs, eps, opts.alpha)
+        else:
+            eps = opts.eps if opts.eps is not None else 2.0
+            path = accept_tree_consultant(node_tokens, parents, logits, ema, eps, opts.beta)
+        return path, int(select_token(logits[path[-1]], sampling, gen))
 
 
 def build(name: str, target, draft, options: dict) -> ChimeraDecoder:

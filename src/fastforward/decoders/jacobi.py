@@ -15,6 +15,11 @@ Trajectory measures (pure functions below, shared with the CLLM trajectory colle
   includes the one token AR would also get, so plain LLMs score ~1.0-1.1 (CLLM Table 3);
 - *stationary tokens* of a block: positions that became right and stayed unchanged while an earlier
   token was still wrong.
+
+Sampling (temperature > 0) stays lossless in distribution: the previous iterate is a point-mass draft of
+the unconverged positions, judged by rejection sampling along the chain (:func:`accept_tree_sampled`); the
+accepted guesses plus the target's draw after them are committed, and the remaining positions are re-guessed
+with the target's argmax there. The trajectory measures then count against the committed (sampled) tokens.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fastforward.core.acceptance import common_prefix
+from fastforward.core.acceptance import accept_tree_sampled, chain_parents, common_prefix
 from fastforward.core.cache import rollback, text_config
 from fastforward.core.decoder import Decoder, Run
 from fastforward.core.options import build_config, check_config, opt
+from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -154,12 +160,12 @@ class JacobiDecoder(Decoder):
         self.last_trajectory: list[BlockTrajectory] = []
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        if not run.config.sampling.greedy:
-            raise FastForwardError("jacobi supports greedy decoding only (temperature 0)")
+        sampling = run.config.sampling
+        gen = make_generator(sampling, self.device)
         rng = random.Random(self.config.seed)
         history = prompt_ids[0].tolist()
         cache, out = self.prefill(prompt_ids, run)
-        run.commit([int(out.logits[0, -1].argmax())])
+        run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
         tokens = run.tokens
         anchor_pos = prompt_ids.shape[1]  # position of tokens[-1]; the cache holds everything before it
         blocks: list[BlockTrajectory] = []
@@ -174,15 +180,24 @@ class JacobiDecoder(Decoder):
                 out = self.model(input_ids=feed, position_ids=pos, past_key_values=cache, use_cache=True)
                 new = out.logits[0].argmax(-1).tolist()  # [m]
                 block.iterates.append(block.fixed_point + new)
-                c = converged_prefix(guess, new)
-                keep = run.commit(new[:c])
+                if sampling.greedy:
+                    c = converged_prefix(guess, new)
+                    step = new[:c]
+                else:  # the guesses fed after the anchor are a point-mass draft chain
+                    feed_ids = [tokens[-1], *guess[: m - 1]]
+                    path, extra = accept_tree_sampled(
+                        feed_ids, chain_parents([m - 1]), out.logits[0], sampling, gen
+                    )
+                    c = len(path)
+                    step = feed_ids[1:c] + [extra]
+                keep = run.commit(step)
                 block.fixed_point += keep
                 block.committed.append(len(keep))
                 rollback(cache, anchor_pos + c)  # keep the anchor and the c - 1 right guesses
                 anchor_pos += c
                 guess = new[c:]
             blocks.append(block)
-        _record_blocks(run.stats, blocks)
+        _record_blocks(run.stats, blocks, measures=sampling.greedy)
         self.last_trajectory = blocks if self.config.record else []
 
 
@@ -193,15 +208,19 @@ def block_measures(block: BlockTrajectory) -> tuple[list[int], list[int]]:
     return fast_forward_counts(its, fp), stationary_positions(its, fp)
 
 
-def _record_blocks(stats: DecodeStats, blocks: list[BlockTrajectory]) -> None:
-    """Totals, so that sums over samples still give per-block and per-iteration averages."""
+def _record_blocks(stats: DecodeStats, blocks: list[BlockTrajectory], measures: bool = True) -> None:
+    """Totals, so that sums over samples still give per-block and per-iteration averages.
+
+    ``measures=False`` (sampling) records blocks and iterations only: sampled tokens are not a fixed point
+    of the iterates, so fast-forward and stationary counts are undefined there."""
     ex = stats.extras
-    ex.update(blocks=0, iterations=0, fixed_point_iterations=0, fast_forward_tokens=0, stationary_tokens=0)
+    ex.update(blocks=len(blocks), iterations=sum(len(b.committed) for b in blocks))
+    if not measures:
+        return
+    ex.update(fixed_point_iterations=0, fast_forward_tokens=0, stationary_tokens=0)
     hist: list[int] = []
     for b in blocks:
         ff, st = block_measures(b)
-        ex["blocks"] += 1
-        ex["iterations"] += len(b.committed)
         ex["fixed_point_iterations"] += len(ff)
         ex["fast_forward_tokens"] += sum(ff)
         ex["stationary_tokens"] += len(st)

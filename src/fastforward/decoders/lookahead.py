@@ -11,6 +11,10 @@ All of it is one tree (every token sees its ancestors), so :func:`tree_visibilit
 tree depths the position ids. The longest verified candidate plus one bonus token (the target's argmax
 after it) is committed; only the KV of the anchor and the accepted candidate tokens is kept.
 
+Sampling (temperature > 0) stays lossless in distribution: the pooled candidates are point-mass drafts,
+judged by recursive rejection sampling over their prefix tree (:func:`accept_tree_sampled`); the window
+keeps proposing from the target's argmax, which only affects how often candidates are accepted.
+
 Defaults are sized for a CPU in bfloat16, where a forward over ~25 tokens costs ~1.3-1.8x a one-token
 forward (docs/results/jacobi_lookahead.md); the paper's GPU settings (W=15, N=5, G=15) cost far more here.
 """
@@ -24,12 +28,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.acceptance import accept_tree, chain_parents
+from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents
 from fastforward.core.cache import keep_positions
 from fastforward.core.decoder import Decoder, Run
 from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.errors import FastForwardError
+from fastforward.core.sampling import make_generator, select_token
 
 
 @dataclass(frozen=True)
@@ -116,9 +120,8 @@ class LookaheadDecoder(Decoder):
         return self._layouts[key]
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        if not run.config.sampling.greedy:
-            raise FastForwardError("lookahead supports greedy decoding only (temperature 0)")
-        c, dev = self.config, self.device
+        c, dev, sampling = self.config, self.device, run.config.sampling
+        gen = make_generator(sampling, dev)
         dtype = next(self.model.parameters()).dtype
         prompt = prompt_ids[0].tolist()
         pool = NGramPool(c.pool_size, c.candidates)
@@ -128,7 +131,7 @@ class LookaheadDecoder(Decoder):
         rows = [random.Random(c.seed).choices(prompt, k=c.window)]
 
         cache, out = self.prefill(prompt_ids, run)
-        run.commit([int(out.logits[0, -1].argmax())])
+        run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
         tokens = run.tokens
         anchor_pos = len(prompt)
         ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
@@ -144,12 +147,17 @@ class LookaheadDecoder(Decoder):
                 past_key_values=cache,
                 use_cache=True,
             )
-            nxt = out.logits[0].argmax(-1).tolist()  # [k]
+            logits = out.logits[0]  # [k, V]
+            nxt = logits.argmax(-1).tolist()  # [k]
             base = 1 + len(rows) * c.window  # flat index of the first candidate token
             # the candidates as a tree of chains from the anchor: node j >= 1 is flat token base + j - 1
-            path = accept_tree(
-                [tokens[-1], *flat[base:]], chain_parents([len(x) for x in cands]), nxt[:1] + nxt[base:]
-            )
+            cand_tokens, cand_parents = [tokens[-1], *flat[base:]], chain_parents([len(x) for x in cands])
+            if sampling.greedy:
+                path = accept_tree(cand_tokens, cand_parents, nxt[:1] + nxt[base:])
+                extra = None
+            else:
+                cand_logits = torch.cat([logits[:1], logits[base:]])
+                path, extra = accept_tree_sampled(cand_tokens, cand_parents, cand_logits, sampling, gen)
             accepted = [base + j - 1 for j in path[1:]]
 
             last_out = nxt[base - c.window : base]  # outputs of the window's last row
@@ -160,7 +168,9 @@ class LookaheadDecoder(Decoder):
             else:
                 rows.append(last_out)
 
-            keep = run.commit([flat[i] for i in accepted] + [nxt[accepted[-1] if accepted else 0]])
+            if extra is None:
+                extra = nxt[accepted[-1] if accepted else 0]
+            keep = run.commit([flat[i] for i in accepted] + [extra])
             keep_positions(cache, anchor_pos, [0, *accepted])
             anchor_pos += 1 + len(accepted)
 

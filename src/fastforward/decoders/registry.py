@@ -92,14 +92,8 @@ METHODS: dict[str, MethodSpec] = {
             "jacobi",
             "Jacobi decoding with KV cache (CLLM inference; fast on a CLLM-trained "
             "model, about AR speed on a base model)",
-            decoding="greedy only",
         ),  # fmt: skip
-        MethodSpec(
-            "lookahead",
-            "lookahead",
-            "lookahead decoding: Jacobi window + n-gram pool verification",
-            decoding="greedy only",
-        ),
+        MethodSpec("lookahead", "lookahead", "lookahead decoding: Jacobi window + n-gram pool verification"),
         MethodSpec(
             "sd", "speculative", "speculative decoding, draft model, exact greedy verification", needs=DRAFT
         ),  # fmt: skip
@@ -118,9 +112,8 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec(
             "sd-cross",
             "speculative",
-            "speculative decoding with a draft of ANOTHER tokenizer (text re-tokenized), exact greedy",
+            "speculative decoding with a draft of ANOTHER tokenizer (text re-tokenized), exact verification",
             needs=DRAFT_ANY,
-            decoding="greedy only",
             in_all=False,
         ),  # fmt: skip
         MethodSpec(
@@ -143,7 +136,7 @@ METHODS: dict[str, MethodSpec] = {
             "chimera",
             "chimera",
             "Chimera draft heads + tree verification",
-            lossless="yes with accept=greedy (default); lossy with accept=typical",
+            lossless="yes with accept=exact (default); lossy with accept=typical or consultant",
             needs=HEADS,
             in_all=False,
         ),  # fmt: skip
@@ -206,9 +199,11 @@ OPTION_HELP: dict[str, dict[str, str]] = {
     "chimera": {
         "heads": "directory written by `fastforward train-chimera` (required)",
         "tree": "draft tree: default (branching) or chain",
-        "accept": "greedy (lossless) or typical (lossy)",
-        "eps": "cap of the typical acceptance threshold",
+        "accept": "exact (lossless: greedy, or rejection sampling over the tree; 'greedy' is its old name), "
+        "typical or consultant (lossy)",
+        "eps": "typical: cap of the acceptance threshold; consultant: bound on the EMA of the target's NLL",
         "alpha": "entropy factor of the typical acceptance threshold",
+        "beta": "consultant: weight of the newest token in the EMA of the NLL",
         "cache": "capacity of the trigram LRU cache",
         "vocab": "heads over the K most frequent tokens (0 = whole vocabulary)",
     },
@@ -218,6 +213,7 @@ DEFAULT_TEXT: dict[str, dict[str, str]] = {
     "speculative": {"gamma_max": "max(12, gamma)", "layers": "half the target's layers"},
     "speculative:typical": {"eps": "0.09"},
     "speculative:consultant": {"eps": "2.0"},
+    "chimera": {"eps": "0.09 (typical) / 2.0 (consultant)"},
 }
 
 

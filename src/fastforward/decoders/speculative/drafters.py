@@ -27,6 +27,8 @@ from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.core.vocab import RestrictedHead
 from fastforward.errors import FastForwardError
 
+GREEDY = SamplingConfig()  # temperature 0: how the cross-tokenizer draft drafts, whatever the target samples
+
 
 @dataclass(frozen=True)
 class DraftContext:
@@ -230,9 +232,11 @@ class CrossTokenizerDrafter:
 
     Each step decodes the committed target ids to text, encodes it with the draft's tokenizer (the draft's
     KV cache is kept for the common prefix by :class:`ModelDrafter`), drafts ``gamma`` draft tokens, and
-    re-encodes their text as target ids (:func:`retokenize_continuation`). Greedy only: the draft's
-    probabilities live on another vocabulary, so rejection sampling has no q to use; the target's greedy
-    verification keeps outputs identical to AR whatever the draft proposes."""
+    re-encodes their text as target ids (:func:`retokenize_continuation`). The draft's probabilities live on
+    another vocabulary, so the re-encoded ids are point-mass drafts (``probs=None``): greedy verification
+    keeps outputs identical to AR, and under sampling rejection sampling with a point mass keeps the
+    target's distribution, whatever the draft proposes. The draft itself always drafts greedily (its most
+    likely text is the best point mass to propose)."""
 
     TAIL = 8  # committed target tokens re-encoded with the draft text (boundary merges)
 
@@ -256,16 +260,11 @@ class CrossTokenizerDrafter:
         self.inner.reset()
 
     def propose(self, ctx: DraftContext) -> Proposal:
-        if not ctx.sampling.greedy:
-            raise FastForwardError(
-                "cross-tokenizer drafting verifies greedily only (the draft's distribution is over another "
-                "vocabulary); use --temperature 0"
-            )
         text = self.target_tok.decode(ctx.tokens, skip_special_tokens=False)
         draft_ids = self.draft_tok(text, add_special_tokens=False)["input_ids"]
         if not draft_ids:
             return Proposal([])
-        drafted = self.inner.propose(DraftContext(draft_ids, ctx.gamma, ctx.sampling, None, self.draft_eos))
+        drafted = self.inner.propose(DraftContext(draft_ids, ctx.gamma, GREEDY, None, self.draft_eos))
         base = self.draft_tok.decode(draft_ids, skip_special_tokens=False)
         full = self.draft_tok.decode(draft_ids + drafted.tokens, skip_special_tokens=False)
         if not full.startswith(base):  # the draft rewrote the boundary (e.g. a split multi-byte character)
