@@ -19,6 +19,8 @@ from fastforward.chimera.checkpoint import load_draft
 from fastforward.chimera.data import DistillConfig, collect_distill_data
 from fastforward.chimera.train import TrainConfig, train
 from fastforward.cli.common import add_model_args
+from fastforward.hardware import training_autocast
+from fastforward.log import log
 from fastforward.models.loading import load_model
 
 
@@ -51,7 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="per head and step, CE on this many random answer positions (0 = all)",
     )
-    p.add_argument("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
+    p.add_argument(
+        "--precision", default="auto", choices=["auto", "bf16", "fp32"],
+        help="bf16 autocast or fp32; auto: bf16 where the CPU has native bf16 (or on CUDA), else fp32",
+    )  # fmt: skip
+    p.add_argument("--no-bf16", action="store_true", help="same as --precision fp32")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
@@ -82,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
         collect_distill_data(target, data / "train", dcfg)
         if args.collect_only:
             return 0
+        bf16, why = training_autocast("fp32" if args.no_bf16 else args.precision, args.device)
+        if why:
+            log(why)
         tcfg = TrainConfig(
             data=str(data / "train"), out=str(out), num_heads=args.heads, variant=args.variant,
             vocab=args.vocab, steps=args.steps, batch_size=args.batch_size, max_len=args.max_len,
             lr=args.lr, warmup=args.warmup, mse_weight=args.mse_weight, ce_positions=args.ce_positions,
-            bf16=not args.no_bf16,
+            bf16=bf16,
             seed=args.seed, save_every=args.save_every,
         )  # fmt: skip
         train(tcfg, target.model, resume=args.resume)

@@ -7,6 +7,8 @@ import sys
 
 from fastforward.cllm.augment import CleanConfig
 from fastforward.cllm.cllm import TrainConfig, train
+from fastforward.hardware import training_autocast
+from fastforward.log import log
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--mixed-precision", default="bf16", choices=["bf16", "no"], help="bf16 autocast, or no")
+    p.add_argument(
+        "--mixed-precision", default="auto", choices=["auto", "bf16", "no"],
+        help="bf16 autocast, or no; auto: bf16 where the CPU has native bf16 (or on CUDA), else no",
+    )  # fmt: skip
     p.add_argument("--augment", type=int, default=1, help="augmented copies per intermediate state (0: off)")
     p.add_argument("--max-run", type=int, default=10, help="drop blocks with a run of this many equal tokens")
     p.add_argument("--ngram", type=int, default=8, help="n of the repeated n-gram rule")
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         snapshot_every=args.snapshot_every,
         resume=args.resume,
         seed=args.seed,
-        mixed_precision=args.mixed_precision,
+        mixed_precision=mixed_precision(args),
         augment_per_state=args.augment,
         clean=CleanConfig(args.max_run, args.ngram, args.max_ngram_repeats, args.min_sentence_tokens),
         lora=args.lora,
@@ -94,3 +99,16 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def mixed_precision(args: argparse.Namespace) -> str:
+    """``--mixed-precision auto`` resolved on this machine (said once on stderr); Accelerate trains on CUDA
+    when there is a GPU, so that is the device asked about."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    requested = {"auto": "auto", "bf16": "bf16", "no": "fp32"}[args.mixed_precision]
+    autocast, why = training_autocast(requested, device)
+    if why:
+        log(why)
+    return "bf16" if autocast else "no"
