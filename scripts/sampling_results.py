@@ -41,6 +41,8 @@ CHECKS: dict[str, Callable[[LoadedModel], Decoder]] = {
     "lookahead": lambda t: build_decoder("lookahead", t, None, {"window": 3, "ngram": 3, "candidates": 4}),
     "jacobi": lambda t: build_decoder("jacobi", t, None, {"block_size": 4}),
     "layerskip": lambda t: build_decoder("layerskip", t, None, {"gamma": 3, "layers": 1}),
+    # int8 copy of the target: q is nearly p, so nearly every draft is accepted (the bonus path is tested)
+    "qsd": lambda t: build_decoder("qsd", t, None, {"gamma": 3}),
     "chimera": lambda t: ChimeraDecoder(t.model, new_draft(t.model), ChimeraOptions()),
 }
 
