@@ -3,14 +3,12 @@ tests), and real prompts from GSM8K held-out, MT-bench and HumanEval rendered wi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset, render_prompt
+from fastforward.eval.distribution import tiny_model
 from fastforward.models.loading import LoadedModel, load_model
 
 
@@ -38,23 +36,7 @@ def real_prompts(smollm2: LoadedModel) -> list[list[int]]:
 
 def make_tiny(arch: str = "llama", vocab: int = 512, seed: int = 0) -> LoadedModel:
     """A random-init 2-layer model of the given architecture; tokenizer-free (ids only)."""
-    torch.manual_seed(seed)
-    common = dict(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=vocab - 1,
-        bos_token_id=0,
-        tie_word_embeddings=False,
-    )
-    cfg = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch](**common)
-    model = AutoModelForCausalLM.from_config(cfg).eval()
-    model.requires_grad_(False)
-    return LoadedModel(name=f"tiny-{arch}", path=Path("."), model=model, tokenizer=None, dtype="float32")
+    return tiny_model(arch, vocab, seed)
 
 
 @pytest.fixture()

@@ -29,13 +29,13 @@ from fastforward.models.loading import LoadedModel
 MIN_EXPECTED = 5.0  # cells with a smaller expected count are pooled
 
 
-def tiny_target(vocab: int = 12, seed: int = 0, logit_scale: float = 3.0) -> LoadedModel:
-    """A random-init 2-layer Llama with ``vocab`` ids (no tokenizer), its LM head scaled by ``logit_scale``
-    (random init gives near-uniform softmaxes; a sharper target makes guesses both hit and miss)."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
+def tiny_model(arch: str = "llama", vocab: int = 512, seed: int = 0) -> LoadedModel:
+    """A random-init 2-layer model of the given architecture (``llama`` or ``qwen2``); tokenizer-free (ids
+    only). The one builder of tiny models: the test suite's fast edge tests use it too."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(
+    common = dict(
         vocab_size=vocab,
         hidden_size=64,
         intermediate_size=128,
@@ -47,13 +47,19 @@ def tiny_target(vocab: int = 12, seed: int = 0, logit_scale: float = 3.0) -> Loa
         bos_token_id=0,
         tie_word_embeddings=False,
     )
+    cfg = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch](**common)
     model = AutoModelForCausalLM.from_config(cfg).eval()
     model.requires_grad_(False)
+    return LoadedModel(name=f"tiny-{arch}", path=Path("."), model=model, tokenizer=None, dtype="float32")
+
+
+def tiny_target(vocab: int = 12, seed: int = 0, logit_scale: float = 3.0) -> LoadedModel:
+    """:func:`tiny_model` with ``vocab`` ids and its LM head scaled by ``logit_scale`` (random init gives
+    near-uniform softmaxes; a sharper target makes guesses both hit and miss)."""
+    loaded = tiny_model(vocab=vocab, seed=seed)
     with torch.no_grad():
-        model.lm_head.weight.mul_(logit_scale)
-    return LoadedModel(
-        name=f"tiny-llama-{vocab}", path=Path("."), model=model, tokenizer=None, dtype="float32"
-    )
+        loaded.model.lm_head.weight.mul_(logit_scale)
+    return loaded
 
 
 def exact_joint(
