@@ -15,6 +15,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -100,15 +101,22 @@ def head_masks(score: torch.Tensor, num_heads: int) -> list[torch.Tensor]:
 
 
 def chimera_loss(
-    draft: ChimeraDraft, batch: dict, mse_weight: float, ce_positions: int = 0
+    draft: ChimeraDraft,
+    batch: dict,
+    mse_weight: float,
+    ce_positions: int = 0,
+    forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Sum of per-head CE (mean over scored positions) + mse_weight * MSE(h_full, h_llm).
+
+    ``forward`` is the module to call for the draft's forward when it is wrapped (Accelerate's DDP wrapper:
+    only a call through the wrapper arms the gradient all-reduce); ``draft`` itself supplies the heads.
 
     ``ce_positions > 0`` scores the CE on that many random positions per head: the V x d vocabulary
     projection is nearly all of a step's cost, so on a CPU a batch of many sequences with a sample of their
     positions sees more distinct text per FLOP than a few whole sequences (an unbiased estimate of the same
     loss). The cheap MSE term always uses every position."""
-    z, h_full = draft(batch["ids"], batch["hidden"])  # [B, K, L, d] each
+    z, h_full = (forward or draft)(batch["ids"], batch["hidden"])  # [B, K, L, d] each
     masks = head_masks(batch["score"], draft.cfg.num_heads)
     ce_terms = []
     for k, m in enumerate(masks):
@@ -199,10 +207,15 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
     raw = acc.unwrap_model(draft)
     cache: dict[Path, dict] = {}
     t0 = time.perf_counter()
+    rank, world = acc.process_index, acc.num_processes
     while step < cfg.steps:
-        if len(order) < cfg.batch_size:
+        # every process draws the same global order (same seed) and takes its own batch_size slice of each
+        # step's world * batch_size records: N processes train on N times the data, not N copies of it
+        glob = cfg.batch_size * world
+        while len(order) < glob:
             order += rng.sample(files, len(files))
-        chosen, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        step_recs, order = order[:glob], order[glob:]
+        chosen = step_recs[rank * cfg.batch_size : (rank + 1) * cfg.batch_size]
         for p in chosen:
             if p not in cache and len(cache) < 4096:  # records are small; keep them in memory
                 cache[p] = load_record(p)
@@ -210,7 +223,7 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
         batch = {k: v.to(acc.device) for k, v in make_batch(recs, cfg.max_len).items()}
         draft.train()
         with torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss, parts = chimera_loss(raw, batch, cfg.mse_weight, cfg.ce_positions)
+            loss, parts = chimera_loss(raw, batch, cfg.mse_weight, cfg.ce_positions, forward=draft)
         acc.backward(loss)
         if cfg.clip:
             acc.clip_grad_norm_(draft.parameters(), cfg.clip)
@@ -227,6 +240,11 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
             )
         if step % cfg.save_every == 0 or step == cfg.steps:
             acc.save_state(str(ckpt))
-            (ckpt / "progress.json").write_text(json.dumps({"step": step, "history": history}))
-    save_draft(raw, out, {"train": asdict(cfg), "steps_done": step, "history": history})
+            if acc.is_main_process:
+                (ckpt / "progress.json").write_text(json.dumps({"step": step, "history": history}))
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        save_draft(
+            raw, out, {"train": asdict(cfg), "steps_done": step, "history": history, "processes": world}
+        )
     return raw.eval(), {"steps": step, "history": history}

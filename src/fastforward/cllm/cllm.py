@@ -107,12 +107,17 @@ def load_training_groups(
     return groups, report
 
 
-def step_batch(groups: list[list[TrajectoryRecord]], cfg: TrainConfig, step: int) -> list[PackedExample]:
-    """The packed examples of optimizer step ``step`` (0-based): epoch-wise shuffled prompts, keyed RNG."""
+def step_batch(
+    groups: list[list[TrajectoryRecord]], cfg: TrainConfig, step: int, rank: int = 0, world: int = 1
+) -> list[PackedExample]:
+    """The packed examples of process ``rank`` (of ``world``) at optimizer step ``step`` (0-based):
+    epoch-wise shuffled prompts, keyed RNG. A step covers ``world * batch_size`` consecutive prompts of the
+    shuffled order and each process takes its own ``batch_size`` of them, so N processes see N times the
+    data per step instead of N copies of the same batch; one process (rank 0 of 1) is the unsharded order."""
     n = len(groups)
     out: list[PackedExample] = []
     tries = 0
-    k = step * cfg.batch_size
+    k = (step * world + rank) * cfg.batch_size
     while len(out) < cfg.batch_size and tries < 4 * cfg.batch_size + n:
         epoch, pos = divmod(k, n)
         order = list(range(n))
@@ -213,7 +218,7 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
     last: dict[str, float] = {}
     dtype = torch.float32
     for step in range(start_step, cfg.max_steps):
-        examples = step_batch(groups, cfg, step)
+        examples = step_batch(groups, cfg, step, accel.process_index, accel.num_processes)
         if not examples:
             raise FastForwardError("no trainable example could be packed")
         batch = {k: v.to(accel.device) for k, v in collate(examples, dtype).items()}
@@ -225,8 +230,14 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        tokens += sum(e.length for e in examples)
-        positions += int(batch["student_idx"].numel())
+        counts = torch.tensor(
+            [sum(e.length for e in examples), batch["student_idx"].numel()], device=accel.device
+        )
+        counts = accel.reduce(
+            counts, reduction="sum"
+        )  # every process's share: the run's tokens, not one rank's
+        tokens += int(counts[0])
+        positions += int(counts[1])
         last = {k: float(v.detach()) for k, v in losses.items()}
         if any(math.isnan(v) for v in last.values()):
             raise FastForwardError(f"loss became NaN at step {step + 1}")
