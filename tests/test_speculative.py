@@ -12,6 +12,7 @@ from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import find_ngram_continuation
+from fastforward.decoders.speculative.engine import CostTracker, best_gamma, expected_tokens
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model
 
@@ -64,12 +65,13 @@ def test_sd_equals_greedy_ar_fp32_with_a_bf16_copy_as_draft(smollm2, real_prompt
     assert accepted > 0.5 * proposed
 
 
-@pytest.mark.parametrize("adaptive", [False, True])
-def test_sd_tiny_pair_equals_ar_with_rejections(adaptive):
+@pytest.mark.parametrize("schedule", ["fixed", "adaptive", "gamma_auto"])
+def test_sd_tiny_pair_equals_ar_with_rejections(schedule):
     """Two differently seeded random models: almost every draft is rejected, the output must not change."""
     target, draft = make_tiny(seed=0), make_tiny(seed=1)
     ar = ARDecoder(target.model)
-    dec = _build_untokenized("sd", target, draft, {"gamma": 3, "adaptive": adaptive, "gamma_max": 6})
+    opts = {"gamma": 3, "gamma_max": 6, **({schedule: True} if schedule != "fixed" else {})}
+    dec = _build_untokenized("sd", target, draft, opts)
     for prompt in ([1, 2, 3], [7] * 5, list(range(10, 40))):
         cfg = greedy_config(20)
         assert dec.generate(prompt, cfg).tokens == ar.generate(prompt, cfg).tokens
@@ -83,6 +85,34 @@ def test_sd_self_draft_accepts_everything_and_counts_per_position():
     assert ex["spec_accepted"] == ex["spec_proposed"] == 16  # 21 = 1 prefill token + 4 steps x (4 + bonus)
     assert ex["spec_accepted_per_position"] == ex["spec_proposed_per_position"] == [4, 4, 4, 4]
     assert out.stats.target_forwards == 5 and out.stats.accepted_per_step == [1, 5, 5, 5, 5]
+
+
+@pytest.mark.parametrize("draft_bits", [8, 4])
+def test_sd_with_a_quantized_draft_stays_exact_and_still_accepts(draft_bits):
+    """draft_bits replaces the draft by its weight-only copy (the target's own weights here, so the
+    float draft would accept everything): outputs stay AR's, the rounded draft still agrees often, and
+    the draft the user loaded is not modified."""
+    target = make_tiny(seed=0)
+    draft = make_tiny(seed=0)
+    before = {k: v.clone() for k, v in draft.model.state_dict().items()}
+    dec = _build_untokenized("sd", target, draft, {"gamma": 4, "draft_bits": draft_bits, "group_size": 32})
+    assert dec.drafter.model is not draft.model
+    ar = ARDecoder(target.model)
+    proposed = accepted = 0
+    for prompt in ([1, 2, 3], [7] * 5, list(range(10, 40))):
+        cfg = greedy_config(20)
+        out = dec.generate(prompt, cfg)
+        assert out.tokens == ar.generate(prompt, cfg).tokens
+        proposed += out.stats.extras["spec_proposed"]
+        accepted += out.stats.extras["spec_accepted"]
+    assert accepted > 0.5 * proposed
+    assert all(torch.equal(v, draft.model.state_dict()[k]) for k, v in before.items())
+
+
+def test_draft_bits_belongs_to_the_draft_model_methods():
+    with pytest.raises(FastForwardError, match="pld") as err:
+        build_decoder("pld", make_tiny(), None, {"draft_bits": 4})
+    assert "\n" not in str(err.value)
 
 
 def test_eos_and_max_new_tokens_stop_exactly_like_ar():
@@ -206,3 +236,38 @@ def test_incremental_ngram_index_equals_the_full_scan():
             seq = seq + [rng.randrange(4 if trial % 2 else 12) for _ in range(rng.randrange(1, 4))]
         index.extend([1, 2, 1])  # not an extension: the index starts over
         assert index.continuation(3) == find_ngram_continuation([1, 2, 1], 3, hi, lo)
+
+
+def test_expected_tokens_and_best_gamma_follow_the_cost_model():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    flat = lambda k: 1.0  # noqa: E731 - a verify forward costing the same at any width (AVX-512 bf16)
+    # a nearly free draft accepted 90% of the time: draft long
+    assert best_gamma(0.9, 0.02, flat, 12) >= 8
+    # a draft costing 0.7 of the target, accepted 50%: one token at most pays
+    assert best_gamma(0.5, 0.7, flat, 12) == 1
+    # the same cheap draft when each extra verified token costs 30% more (AVX2 default GEMM): shorter
+    steep = lambda k: 1.0 + 0.3 * (k - 1)  # noqa: E731
+    assert best_gamma(0.9, 0.02, steep, 12) < best_gamma(0.9, 0.02, flat, 12)
+
+
+def test_cost_tracker_learns_acceptance_and_costs_within_a_request():
+    t = CostTracker()
+    assert t.gamma(5, 12) == 5  # nothing measured yet: keep the configured gamma
+    for _ in range(10):
+        t.observe(
+            proposed=4, accepted=0, draft_ms=40.0, verify_ms=10.0
+        )  # 10 ms per draft token, all rejected
+    assert t.alpha < 0.05 and t.draft_ms == pytest.approx(10.0)
+    assert t.gamma(5, 12) == 1
+    for _ in range(10):
+        t.observe(proposed=4, accepted=4, draft_ms=0.4, verify_ms=10.0)
+    assert t.gamma(1, 12) > 4
+    assert t.verify_cost(9) == t.verify_ms[5]  # nearest measured width
+
+
+def test_adaptive_and_gamma_auto_are_exclusive():
+    target = make_tiny(seed=0)
+    with pytest.raises(FastForwardError, match="adaptive or gamma_auto"):
+        _build_untokenized("sd", target, target, {"adaptive": True, "gamma_auto": True})

@@ -20,10 +20,12 @@ import torch
 
 from fastforward.core.cache import new_cache, rollback
 from fastforward.hardware import cpu_isa
+from fastforward.log import log
 from fastforward.models.kernels import path_of
 from fastforward.models.loading import LoadedModel, cache_root
 
 KS = (1, 2, 4, 8, 16, 32)
+VERIFY_K = 8  # block size a parallel method's verify forward is costed at
 
 
 @torch.inference_mode()
@@ -135,3 +137,48 @@ def parallel_pays(records: list[dict], k: int, tokens_per_forward: float) -> boo
     """Whether a method committing ``tokens_per_forward`` per k-token forward (in its best configuration)
     beats AR in AR's best configuration: cost per token ms(k)/tpf vs the cheapest 1-token forward."""
     return choose(records, k).ms / tokens_per_forward < choose(records, 1).ms
+
+
+# --------------------------------------------------------------------------- --path auto: measured choice
+
+
+def auto_config(
+    model: str, dtype: str = "auto", path: str = "auto", k: int = VERIFY_K, device: str = "cpu"
+) -> Choice:
+    """``--path auto`` (and ``--dtype auto`` with it): the (dtype, path) with the cheapest forward over ``k``
+    tokens for ``model`` on this machine, from its cost curves: cached ones when this machine has them,
+    otherwise measured once now (k = 1 and 8, a few repeats) and cached. A fixed ``dtype`` or ``path``
+    narrows the candidates. CUDA has no kernel paths to choose: ``default`` with the flag-based dtype.
+
+    ``k`` is 1 for runs of AR-like methods only (their forwards are 1-token) and the verify block otherwise.
+    """
+    from fastforward.errors import FastForwardError
+    from fastforward.hardware import resolve_dtype
+    from fastforward.models.kernels import check_path
+    from fastforward.models.loading import DTYPES, _resolve, load_model
+
+    if device.startswith("cuda"):
+        d, _ = resolve_dtype(dtype, device)
+        return Choice(d, "default" if path == "auto" else path, 0.0, "CUDA: no CPU kernel path to choose")
+    dtypes = ["float32", "bfloat16"] if dtype == "auto" else [dtype]
+    paths = ["default", "prepacked"] if path == "auto" else [path]
+    name = _resolve(model)[0]
+    records: list[dict] = []
+    for d in dtypes:
+        for p in paths:
+            try:
+                check_path(p, DTYPES[d])
+            except FastForwardError:
+                continue
+            f = cache_file(name, d, p)
+            cached = json.loads(f.read_text()) if f.exists() else []
+            if cached and _ms_at(cached, k) is not None:
+                records += cached
+                continue
+            log(f"--path auto: measuring {name} {d}/{p} once on this machine (cached in {f.parent})")
+            loaded = load_model(model, d, device, path=p)
+            records += cached_curve(loaded, ks=tuple(sorted({1, VERIFY_K, k})), repeats=3)
+            del loaded
+    if not records:
+        raise FastForwardError(f"--path auto: no (dtype, path) of {dtypes} x {paths} runs on this machine")
+    return choose(records, k)

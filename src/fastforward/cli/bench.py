@@ -95,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
         samples += load_dataset(d, args.limit, args.split, args.data_path)
     if not samples:
         raise FastForwardError("no samples to benchmark")
+    from fastforward.cli.common import resolve_path
     from fastforward.hardware import resolve_dtype, timing_preflight
 
+    resolve_path(args)  # --path auto fixes dtype and path now: they are part of the run's identity
     dtype, _ = resolve_dtype(args.dtype, args.device)
     ident = identity(args, dtype, [s.id for s in samples])
     sample_log = SampleLog.open(log_path(paths[0]), ident, args.resume) if paths else None

@@ -43,8 +43,10 @@ def add_model_args(
             "--path",
             default="default",
             type=kernel_path,
-            help="kernel path of the linear layers: default, or prepacked (oneDNN weights reordered once; "
-            "cheap multi-token forwards on CPUs where the default GEMM is not; see `fastforward costs`)",
+            help="kernel path of the linear layers: default, prepacked (oneDNN weights reordered once; "
+            "cheap multi-token forwards on CPUs where the default GEMM is not; see `fastforward costs`), or "
+            "auto: the cheapest measured (dtype, path) for the run's methods, with --dtype auto choosing the "
+            "dtype too (curves measured once per machine and cached)",
         )
         p.add_argument(
             "--fp32-logits",
@@ -89,9 +91,35 @@ def resolve_dtype(args: argparse.Namespace) -> str:
     return dtype
 
 
+AR_LIKE = ("ar", "hf_generate")
+
+
+def forward_width(args: argparse.Namespace) -> int:
+    """Tokens per target forward the run's methods need cheap: 1 when every method is AR-like, else the
+    verify block (what ``--path auto`` chooses the configuration for)."""
+    from fastforward.bench.costs import VERIFY_K
+
+    text = getattr(args, "methods", None) or getattr(args, "method", None) or "ar"
+    names = [n.split(":")[0].strip() for n in str(text).split(",") if n.strip()]
+    return 1 if names and all(n in AR_LIKE for n in names) else VERIFY_K
+
+
+def resolve_path(args: argparse.Namespace) -> None:
+    """``--path auto``: set ``args.dtype`` and ``args.path`` to the measured cheapest configuration for this
+    run (:func:`fastforward.bench.costs.auto_config`), printed once with why."""
+    if getattr(args, "path", None) != "auto":
+        return
+    from fastforward.bench.costs import auto_config
+
+    pick = auto_config(args.model, args.dtype, "auto", forward_width(args), getattr(args, "device", "cpu"))
+    log(f"--path auto: {pick.dtype}/{pick.path} ({pick.why})")
+    args.dtype, args.path = pick.dtype, pick.path
+
+
 def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | None]:
     from fastforward.models.loading import load_model
 
+    resolve_path(args)
     dtype = resolve_dtype(args)
     logits32 = getattr(args, "fp32_logits", False)
     target = load_model(args.model, dtype, args.device, args.threads, args.path, logits32)

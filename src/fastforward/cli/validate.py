@@ -126,7 +126,7 @@ class Parser(argparse.ArgumentParser):
 def kernel_path(value: str) -> str:
     """``--path``: checked against the kernel paths; the kernels module (torch) is imported only for a value
     other than the default."""
-    if value == "default":
+    if value in ("default", "auto"):
         return value
     from fastforward.models.kernels import PATHS
 

@@ -65,10 +65,15 @@ class MethodSpec:
     needs: str = ""  # what must be given besides the target model ("" = nothing)
     in_all: bool = True  # part of --methods all (lossless, greedy, nothing trained needed)
     decoding: str = "greedy or sampling"  # or "greedy only" / "sampling only"
+    draft_optional: bool = False  # uses --draft when given, runs without one (auto)
 
     @property
     def needs_draft(self) -> bool:
         return self.needs in (DRAFT, DRAFT_ANY)
+
+    @property
+    def takes_draft(self) -> bool:
+        return self.needs_draft or self.draft_optional
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -133,6 +138,13 @@ METHODS: dict[str, MethodSpec] = {
             in_all=False,
         ),  # fmt: skip
         MethodSpec(
+            "auto",
+            "auto",
+            "times the lossless methods briefly on the loaded model (cached per machine) and runs the fastest",
+            in_all=False,
+            draft_optional=True,
+        ),  # fmt: skip
+        MethodSpec(
             "chimera",
             "chimera",
             "Chimera draft heads + tree verification",
@@ -143,6 +155,7 @@ METHODS: dict[str, MethodSpec] = {
     ]
 }
 
+_DRAFT_MODEL = ("sd", "sd-sample", "typical", "consultant", "sd-cross")  # methods that load --draft
 _MODEL_DRAFTERS = ("sd", "sd-sample", "typical", "consultant", "layerskip", "qsd", "sd-cross")
 # Fields of a dataclass shared by several methods that only some of them read; a field not named here is
 # read by every method of its module.
@@ -152,7 +165,8 @@ USED_BY: dict[str, dict[str, tuple[str, ...]]] = {
         "ngram_min": ("pld",),
         "layers": ("layerskip",),
         "bits": ("qsd",),
-        "group_size": ("qsd",),
+        "group_size": ("qsd", *_DRAFT_MODEL),
+        "draft_bits": _DRAFT_MODEL,
         "draft_stop": _MODEL_DRAFTERS,
         "vocab": _MODEL_DRAFTERS,
         "eps": ("typical", "consultant"),
@@ -168,12 +182,15 @@ OPTION_HELP: dict[str, dict[str, str]] = {
     "speculative": {
         "gamma": "draft tokens proposed per step",
         "adaptive": "adapt gamma: +1 after a fully accepted draft, -1 after a rejection",
-        "gamma_max": "upper bound of an adaptive gamma",
+        "gamma_max": "upper bound of an adaptive or cost-chosen gamma",
+        "gamma_auto": "choose each step's gamma from this request's measured draft and verify costs and its "
+        "acceptance rate (the draft length with the most expected tokens per second)",
         "ngram_max": "longest suffix n-gram looked up in the prompt and output",
         "ngram_min": "shortest suffix n-gram looked up",
         "layers": "target layers the draft runs",
         "bits": "weight bits of the quantized draft: 8 (int8 per channel) or 4 (int4 per group)",
-        "group_size": "int4 draft: input features per scale (bits=4 only)",
+        "group_size": "int4 draft: input features per scale (bits=4 / draft_bits=4 only)",
+        "draft_bits": "quantize the draft model weight-only: 8 (int8 per channel), 4 (int4 per group), 0 = as loaded",
         "draft_stop": "end a draft chain after a token the draft gives probability below this (0 = never)",
         "vocab": "draft LM head over the K most frequent tokens (0 = whole vocabulary; exactness is kept)",
         "beta": "weight of the newest token in the EMA of the NLL",
@@ -195,6 +212,12 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "pool_size": "most distinct first tokens kept in the n-gram pool (LRU)",
         "prompt_ngrams": "seed the n-gram pool with the prompt's n-grams",
         "seed": "seed of the random initial guess (every generation restarts from it)",
+    },
+    "auto": {
+        "candidates": "comma list of lossless methods to time (default: ar, pld, lookahead, jacobi, qsd int4, "
+        "and sd when --draft is given)",
+        "tokens": "new tokens per calibration prompt",
+        "refresh": "time the candidates again even if this machine has a cached choice",
     },
     "chimera": {
         "heads": "directory written by `fastforward train-chimera` (required)",
@@ -395,8 +418,8 @@ def check_run(
             fix = "set --temperature above 0" if greedy else f"use --temperature 0, or {leave}"
             kind = spec.decoding.replace(" only", "")
             raise FastForwardError(f"method '{spec.name}' supports {kind} decoding only: {fix}")
-    if draft and not any(METHODS[base_method(lb)].needs_draft for lb in labels):
-        takers = ", ".join(n for n, s in METHODS.items() if s.needs_draft)
+    if draft and not any(METHODS[base_method(lb)].takes_draft for lb in labels):
+        takers = ", ".join(n for n, s in METHODS.items() if s.takes_draft)
         raise FastForwardError(
             f"--draft is not used by {', '.join(labels)}: only {takers} take a draft model; drop --draft"
         )

@@ -16,6 +16,9 @@
 Options (``--opt key=value``, :class:`SpecOptions`): every speculative method accepts the whole set, so
 one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses its own.
 
+``draft_bits=4|8`` (sd, sd-sample, typical, consultant, sd-cross): the draft model is replaced by its
+weight-only quantized copy (as qsd does to the target), with its restricted head (``vocab``) quantized too.
+
 ``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd, sd-cross): the draft's LM head scores only the K most
 frequent tokens (:mod:`fastforward.core.vocab`); the target verifies over the whole vocabulary, so exact
 methods stay exact. The restricted head follows the draft's kernels: quantized like the rest of a qsd copy,
@@ -60,10 +63,14 @@ class SpecOptions:
     gamma: int = opt(5, min=1)  # draft tokens per step
     adaptive: bool = False  # +1 after a full acceptance, -1 after a rejection
     gamma_max: int | None = opt(None, min=1)  # adaptive upper bound (default max(12, gamma))
+    gamma_auto: bool = False  # each step's gamma from measured draft/verify costs and acceptance
     ngram_max: int = opt(3, min=1)  # pld: longest suffix n-gram looked up
     ngram_min: int = opt(1, min=1)  # pld: shortest
     layers: int | None = opt(None, min=1)  # layerskip: draft layers (default half the target's)
     bits: int = opt(8, choices=(4, 8))  # qsd: draft weight bits (int8 per channel / int4 per group)
+    draft_bits: int = opt(
+        0, choices=(0, 4, 8)
+    )  # sd family, sd-cross: quantize the draft model (0 = as loaded)
     group_size: int = opt(128, choices=INT4_GROUP_SIZES)  # qsd int4: input features per scale
     draft_stop: float = opt(0.0, min=0.0, max=1.0)  # stop a draft chain after a token with p < draft_stop
     eps: float | None = None  # consultant EMA-NLL bound (2.0) / typical threshold cap (0.09)
@@ -81,17 +88,24 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     spec = SpecConfig(
         gamma=o.gamma,
         adaptive=o.adaptive,
+        gamma_auto=o.gamma_auto,
         gamma_max=o.gamma_max if o.gamma_max is not None else max(12, o.gamma),
         require_sampling=name == "sd-sample",
     )  # validated by SpeculativeDecoder
     if name in DRAFT_MODEL_METHODS:
         require_draft(name, draft)
         check_same_tokenizer(target, draft)
-        drafter = ModelDrafter(draft.model, o.draft_stop, draft_head(draft, o))
+        drafter = ModelDrafter(
+            draft_model(draft, o), o.draft_stop, draft_head(draft, o, bits=o.draft_bits or None)
+        )
     elif name == "sd-cross":
         require_draft(name, draft)
         drafter = CrossTokenizerDrafter(
-            draft.model, draft.tokenizer, target.tokenizer, o.draft_stop, draft_head(draft, o)
+            draft_model(draft, o),
+            draft.tokenizer,
+            target.tokenizer,
+            o.draft_stop,
+            draft_head(draft, o, bits=o.draft_bits or None),
         )
     elif name == "pld":
         drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min)
@@ -116,6 +130,15 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     )
 
 
+def draft_model(draft, o: SpecOptions) -> torch.nn.Module:
+    """The draft as loaded, or with ``draft_bits`` its weight-only int8/int4 copy: on a CPU a 0.5B draft in
+    bf16 still reads ~1 GB of weights per token, a large share of a memory-bound step; int4 reads a
+    quarter of that. Only the draft's guesses change, never an output (verification is the target's)."""
+    if not o.draft_bits:
+        return draft.model
+    return quantized_copy(qsd_source(draft), o.draft_bits, o.group_size)
+
+
 def qsd_source(target) -> torch.nn.Module:
     """The float model a qsd copy is quantized from: the target itself, or, when a kernel path (prepacked)
     released its Linear weights, the same checkpoint reloaded in bf16 (the qsd layers compute in bf16
@@ -123,7 +146,7 @@ def qsd_source(target) -> torch.nn.Module:
     draft's (a bf16 draft beside an fp32 target: drafting is exact-agnostic, verification is the target's)."""
     if path_of(target.model) == "default":
         return target.model
-    log(f"qsd: {target.name} runs {path_of(target.model)}; reloading its weights in bf16 to quantize them")
+    log(f"{target.name} runs {path_of(target.model)}; reloading its weights in bf16 to quantize them")
     return load_model(str(target.path), "bfloat16").model
 
 

@@ -14,6 +14,8 @@ accepted; ``spec_recovered`` / ``spec_bonus`` how each step's target token arose
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,18 +35,72 @@ def next_gamma(gamma: int, proposed: int, accepted: int, lo: int, hi: int) -> in
     return min(hi, gamma + 1) if accepted == proposed else max(lo, gamma - 1)
 
 
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens one step commits on average when each draft token is accepted with probability ``alpha``
+    (independently, as in Leviathan et al.): the accepted prefix plus the target's own token."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def best_gamma(alpha: float, draft_cost: float, verify_cost: Callable[[int], float], gamma_max: int) -> int:
+    """The draft length with the most expected tokens per unit of time: a step costs ``gamma`` draft
+    forwards (``draft_cost`` each) plus one verify forward over ``gamma + 1`` tokens (``verify_cost(k)``),
+    all in the same unit. On a CPU where a wide verify costs ~1x a narrow one and the draft is cheap,
+    this is long; with an expensive draft or a low acceptance rate it shrinks to 1."""
+    return max(
+        range(1, gamma_max + 1),
+        key=lambda g: expected_tokens(alpha, g) / (g * draft_cost + verify_cost(g + 1)),
+    )
+
+
+class CostTracker:
+    """Running estimates, within one request, of what :func:`best_gamma` needs: the acceptance rate (an
+    exponential average of each step's accepted/proposed, starting from an even prior), the draft's cost
+    per token and the verify forward's cost per width (ms, exponential averages; an unseen width takes
+    the nearest measured one)."""
+
+    def __init__(self, decay: float = 0.7) -> None:
+        self.decay = decay
+        self.alpha = 0.5
+        self.draft_ms: float | None = None
+        self.verify_ms: dict[int, float] = {}
+
+    def _avg(self, old: float | None, new: float) -> float:
+        return new if old is None else self.decay * old + (1 - self.decay) * new
+
+    def observe(self, proposed: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
+        if proposed:
+            self.alpha = self._avg(self.alpha, accepted / proposed)
+            self.draft_ms = self._avg(self.draft_ms, draft_ms / proposed)
+        k = proposed + 1
+        self.verify_ms[k] = self._avg(self.verify_ms.get(k), verify_ms)
+
+    def verify_cost(self, k: int) -> float:
+        nearest = min(self.verify_ms, key=lambda w: (abs(w - k), w))
+        return self.verify_ms[nearest]
+
+    def gamma(self, current: int, gamma_max: int) -> int:
+        if self.draft_ms is None or not self.verify_ms:
+            return current
+        return best_gamma(min(self.alpha, 0.99), self.draft_ms, self.verify_cost, gamma_max)
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     gamma: int = 5
     adaptive: bool = False
     gamma_max: int = 12  # upper bound of the adaptive schedule
+    gamma_auto: bool = False  # each step's gamma from measured draft/verify costs and acceptance
     require_sampling: bool = False  # sd-sample: refuse greedy configs
 
     def validate(self) -> None:
         if self.gamma < 1:
             raise FastForwardError(f"gamma (draft length) must be >= 1, got {self.gamma}")
-        if self.adaptive and self.gamma_max < self.gamma:
+        if (self.adaptive or self.gamma_auto) and self.gamma_max < self.gamma:
             raise FastForwardError(f"gamma_max ({self.gamma_max}) must be >= gamma ({self.gamma})")
+        if self.adaptive and self.gamma_auto:
+            raise FastForwardError("choose one draft-length schedule: adaptive or gamma_auto, not both")
 
 
 class SpeculativeDecoder(Decoder):
@@ -82,14 +138,17 @@ class SpeculativeDecoder(Decoder):
         self.verifier.reset()
         ex = _Counters()
         gamma = self.spec.gamma
+        costs = CostTracker() if self.spec.gamma_auto else None
         while not run.done:
             seq = prompt + tokens
             g = min(gamma, config.max_new_tokens - len(tokens) - 1)
             proposal = Proposal([])
+            t0 = time.perf_counter()
             if g > 0:
                 with Timer(stats, "draft_time_s"):
                     ctx = DraftContext(seq, g, cfg, gen, config.eos_token_ids)
                     proposal = self.drafter.propose(ctx)
+            t1 = time.perf_counter()
             draft = proposal.tokens
             n_seq = len(seq)
             logits = self.model(
@@ -105,6 +164,10 @@ class SpeculativeDecoder(Decoder):
             ex.add(g, len(draft), verdict)
             if self.spec.adaptive:
                 gamma = next_gamma(gamma, len(draft), verdict.accepted, 1, self.spec.gamma_max)
+            elif costs is not None:
+                t2 = time.perf_counter()
+                costs.observe(len(draft), verdict.accepted, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+                gamma = costs.gamma(gamma, self.spec.gamma_max)
         stats.extras.update(ex.as_dict())
 
 
