@@ -22,20 +22,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--datasets", default="gsm8k,humaneval,mtbench", help="comma list of datasets")
     p.add_argument(
         "--methods",
-        default="ar,hf_generate,hf_pld,pld,lookahead,jacobi,sd-cross",
+        default="ar,hf_generate,hf_pld,hf_assisted,pld,lookahead,jacobi,sd,qsd,sd-cross",
         help="comma list (see fastforward methods)",
     )
     p.add_argument(
         "--draft",
+        default="qwen2.5-coder-0.5b",
+        help="draft model of the same tokenizer (sd, hf_assisted, ...), loaded in the fastest-AR "
+        "configuration ('' for none)",
+    )
+    p.add_argument(
+        "--cross-draft",
         default="smollm2-135m",
-        help="draft model for sd-cross / draft-model methods, loaded in the fastest-AR configuration "
-        "('' for none)",
+        help="draft model of another tokenizer for sd-cross ('' for none)",
     )
     p.add_argument("--limit", type=int, default=20, help="samples per dataset")
     p.add_argument("--max-new-tokens", type=int, default=128, help="most new tokens per answer")
     p.add_argument(
         "--verify-k", type=int, default=8, help="block size the parallel configuration is chosen for"
     )
+    p.add_argument(
+        "--exact-samples",
+        type=int,
+        default=10,
+        help="prompts per dataset of the fp32 exactness check (identical_to_ar_fp32; 0 = skip)",
+    )
+    p.add_argument("--exact-tokens", type=int, default=32, help="new tokens per prompt of the fp32 check")
     p.add_argument(
         "--opt", action="append", default=[], metavar="KEY=VALUE", help="method option, repeatable"
     )
@@ -44,12 +56,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.limit < 1 or args.max_new_tokens < 1 or args.verify_k < 1:
-        raise FastForwardError("--limit, --max-new-tokens and --verify-k must be positive")
+    if min(args.limit, args.max_new_tokens, args.verify_k, args.exact_tokens) < 1 or args.exact_samples < 0:
+        raise FastForwardError(
+            "--limit, --max-new-tokens, --verify-k and --exact-tokens must be positive, --exact-samples >= 0"
+        )
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     warn_if_busy()
     run_cpu_speed(
         args.model, datasets, args.methods, args.limit, args.max_new_tokens, args.out,
         parse_options(args.opt), args.verify_k, draft=args.draft or None,
+        cross_draft=args.cross_draft or None, exact_samples=args.exact_samples,
+        exact_tokens=args.exact_tokens,
     )  # fmt: skip
     return 0
