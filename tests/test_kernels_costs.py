@@ -134,6 +134,42 @@ def test_choose_from_recorded_curves_of_both_cpus():
         costs.choose(AVX2, 64)
 
 
+@pytest.mark.parametrize(
+    ("curves", "k", "expected"),
+    [
+        (AVX2, 1, ("bfloat16", "default")),  # AR-only runs: the cheapest 1-token forward
+        (AVX2, 8, ("float32", "prepacked")),  # parallel methods: never bf16 where it is emulated
+        (AVX512_BF16, 1, ("bfloat16", "default")),
+        (AVX512_BF16, 8, ("bfloat16", "default")),
+    ],
+)
+def test_path_auto_chooses_from_recorded_curves_without_measuring(tmp_path, monkeypatch, curves, k, expected):
+    """--path auto (with --dtype auto) on each kind of CPU: the recorded curves sit in this machine's cache
+    and nothing is loaded or measured; a configuration the CPU cannot run (here: every one without a
+    record, like oneDNN bf16 on AVX2) is skipped, not measured."""
+    from fastforward.models import kernels, loading
+
+    monkeypatch.setenv("FASTFORWARD_CACHE", str(tmp_path))
+    groups = costs.group_curves(curves)
+    for (dtype, path), curve in groups.items():
+        f = costs.cache_file("smollm2-135m", dtype, path)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(curve))
+
+    def check_path(path, dtype):
+        if (str(dtype).removeprefix("torch."), path) not in groups:
+            raise FastForwardError(f"{path} cannot run {dtype} on this CPU")
+
+    def no_load(*a, **kw):
+        raise AssertionError("recorded curves must not be measured again")
+
+    monkeypatch.setattr(kernels, "check_path", check_path)
+    monkeypatch.setattr(loading, "load_model", no_load)
+    pick = costs.auto_config("smollm2-135m", "auto", "auto", k)
+    assert (pick.dtype, pick.path) == expected
+    assert pick.why.startswith(f"k={k}: {expected[0]}/{expected[1]}")
+
+
 def test_parallel_pays_only_with_enough_tokens_per_forward():
     # AVX2: 8-token forward 82.5 ms (fp32 prepacked) vs the best 1-token forward 60 ms (bf16)
     assert not costs.parallel_pays(AVX2, 8, 1.3)

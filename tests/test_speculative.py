@@ -271,3 +271,20 @@ def test_adaptive_and_gamma_auto_are_exclusive():
     target = make_tiny(seed=0)
     with pytest.raises(FastForwardError, match="adaptive or gamma_auto"):
         _build_untokenized("sd", target, target, {"adaptive": True, "gamma_auto": True})
+
+
+def test_sd_int4_draft_of_a_prepacked_draft_with_a_reduced_head_stays_exact(real_prompts) -> None:
+    """A prepacked draft has released its float Linear weights: draft_bits quantizes a reload, and the
+    restricted head (vocab) takes its rows from that reload too; the target's outputs stay AR's."""
+    target = load_model("smollm2-135m", "float32", path="prepacked")
+    draft = load_model("smollm2-135m", "bfloat16", path="prepacked")
+    dec = build_decoder("sd", target, draft, {"gamma": 4, "draft_bits": 4, "vocab": 8192})
+    assert dec.drafter.head is not None and dec.drafter.model is not draft.model
+    ar = ARDecoder(target.model)
+    config = GenerationConfig(max_new_tokens=24, eos_token_ids=target.eos_token_ids)
+    accepted = 0
+    for ids in real_prompts[:4]:
+        out = dec.generate(ids, config)
+        assert out.tokens == ar.generate(ids, config).tokens
+        accepted += out.stats.extras["spec_accepted"]
+    assert accepted > 0

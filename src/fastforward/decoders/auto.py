@@ -34,8 +34,10 @@ from fastforward.log import log
 # Candidates when none are given: the training-free lossless methods; sd joins when a draft is loaded.
 DEFAULT_CANDIDATES = ("ar", "pld", "lookahead", "jacobi", "qsd")
 DRAFT_CANDIDATES = ("sd",)
-# qsd's int4 copy is the cheap self-draft (int8 costs ~0.75 of a bf16 prepacked target on an AVX-512 CPU).
-CANDIDATE_OPTIONS: dict[str, dict[str, Any]] = {"qsd": {"bits": 4}}
+# Cheap drafts, from the costs measured on a 2-core AVX-512 CPU (docs/results.md, issue 13): the target's
+# int4 copy (int8 costs ~0.75 of a bf16 prepacked 1.5B target per token, int4 0.40) and the draft model's
+# int4 copy (Qwen2.5-Coder-0.5B: bf16 0.31-0.36 of the target, int4 0.19; GSM8K 1.43x -> 1.75x).
+CANDIDATE_OPTIONS: dict[str, dict[str, Any]] = {"qsd": {"bits": 4}, "sd": {"draft_bits": 4}}
 
 CALIBRATION_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",

@@ -95,18 +95,12 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     if name in DRAFT_MODEL_METHODS:
         require_draft(name, draft)
         check_same_tokenizer(target, draft)
-        drafter = ModelDrafter(
-            draft_model(draft, o), o.draft_stop, draft_head(draft, o, bits=o.draft_bits or None)
-        )
+        model, head = draft_model(draft, o)
+        drafter = ModelDrafter(model, o.draft_stop, head)
     elif name == "sd-cross":
         require_draft(name, draft)
-        drafter = CrossTokenizerDrafter(
-            draft_model(draft, o),
-            draft.tokenizer,
-            target.tokenizer,
-            o.draft_stop,
-            draft_head(draft, o, bits=o.draft_bits or None),
-        )
+        model, head = draft_model(draft, o)
+        drafter = CrossTokenizerDrafter(model, draft.tokenizer, target.tokenizer, o.draft_stop, head)
     elif name == "pld":
         drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min)
     elif name == "layerskip":
@@ -114,8 +108,9 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         view = shallow_view(target.model, o.layers or n_layers // 2)
         drafter = ModelDrafter(view, o.draft_stop, draft_head(target, o))
     elif name == "qsd":
-        qcopy = quantized_copy(qsd_source(target), o.bits, o.group_size)
-        drafter = ModelDrafter(qcopy, o.draft_stop, draft_head(target, o, bits=o.bits))
+        source = qsd_source(target)
+        head = draft_head(target, o, bits=o.bits, float_model=source)  # before the copy frees the float rows
+        drafter = ModelDrafter(quantized_copy(source, o.bits, o.group_size), o.draft_stop, head)
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
     verifier: Verifier
@@ -130,13 +125,16 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     )
 
 
-def draft_model(draft, o: SpecOptions) -> torch.nn.Module:
-    """The draft as loaded, or with ``draft_bits`` its weight-only int8/int4 copy: on a CPU a 0.5B draft in
-    bf16 still reads ~1 GB of weights per token, a large share of a memory-bound step; int4 reads a
-    quarter of that. Only the draft's guesses change, never an output (verification is the target's)."""
+def draft_model(draft, o: SpecOptions) -> tuple[torch.nn.Module, RestrictedHead | None]:
+    """(draft model, its reduced-vocabulary head or None): the draft as loaded, or with ``draft_bits`` its
+    weight-only int8/int4 copy. On a CPU a 0.5B draft in bf16 still reads ~1 GB of weights per token, a
+    large share of a memory-bound step; int4 reads a quarter of that. Only the draft's guesses change,
+    never an output (verification is the target's)."""
     if not o.draft_bits:
-        return draft.model
-    return quantized_copy(qsd_source(draft), o.draft_bits, o.group_size)
+        return draft.model, draft_head(draft, o)
+    source = qsd_source(draft)
+    head = draft_head(draft, o, bits=o.draft_bits, float_model=source)
+    return quantized_copy(source, o.draft_bits, o.group_size), head
 
 
 def qsd_source(target) -> torch.nn.Module:
@@ -150,12 +148,16 @@ def qsd_source(target) -> torch.nn.Module:
     return load_model(str(target.path), "bfloat16").model
 
 
-def draft_head(source, o: SpecOptions, bits: int | None = None) -> RestrictedHead | None:
+def draft_head(
+    source, o: SpecOptions, bits: int | None = None, float_model: torch.nn.Module | None = None
+) -> RestrictedHead | None:
     """The reduced-vocabulary head for ``vocab=K`` from ``source``'s LM head (None when K is 0 or covers the
-    vocabulary): quantized to ``bits`` for a qsd draft, prepacked when ``source`` runs prepacked."""
+    vocabulary): quantized to ``bits`` for a quantized draft (its rows taken from ``float_model``, the float
+    model the copy is quantized from, since a prepacked ``source`` no longer holds them), prepacked when
+    ``source`` runs prepacked."""
     if o.vocab == 0:
         return None
-    weight, bias = head_weight(source.model)
+    weight, bias = head_weight(float_model if float_model is not None else source.model)
     subset = subset_for(source.tokenizer, o.vocab, weight.shape[0], source.eos_token_ids)
     if subset is None:
         return None
