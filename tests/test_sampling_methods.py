@@ -52,6 +52,10 @@ BUILDERS: dict[str, Callable[[LoadedModel], Decoder]] = {
     "sd": lambda t: build_decoder("sd", t, _sharpened(seed=1), {"gamma": 3}),
     "layerskip": lambda t: build_decoder("layerskip", t, None, {"gamma": 3, "layers": 1}),
     "qsd": lambda t: build_decoder("qsd", t, None, {"gamma": 3}),
+    # prompt lookup's point masses where a 2-gram recurs, the draft model's q elsewhere, step by step
+    "sd-lookup": lambda t: build_decoder(
+        "sd", t, _sharpened(seed=1), {"gamma": 3, "lookup_first": True, "ngram_max": 2}
+    ),
 }
 # the target's own int8 copy drafts: q is nearly p, so nearly every draft is accepted and rejections are rare
 FEW_REJECTIONS = {"qsd"}
@@ -101,6 +105,9 @@ def test_method_samples_from_the_target_distribution(
     assert decoder.lossless
     samples, extras = generate_all(decoder, temperature, top_k, N_SAMPLES, prompt=PROMPT, top_p=top_p)
     multi, single = _step_mix(extras)
+    if "spec_lookup_steps" in extras[0]:  # both drafters of a lookup_first method take turns
+        assert sum(e["spec_lookup_steps"] for e in extras) >= N_SAMPLES // 20
+        assert sum(e["spec_model_steps"] for e in extras) >= N_SAMPLES // 20
     assert multi >= N_SAMPLES // 20, f"{method}: only {multi} steps accepted a guess"
     if method not in FEW_REJECTIONS:
         assert single >= N_SAMPLES // 20, f"{method}: only {single} steps rejected every guess"

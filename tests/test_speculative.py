@@ -65,6 +65,22 @@ def test_sd_equals_greedy_ar_fp32_with_a_bf16_copy_as_draft(smollm2, real_prompt
     assert accepted > 0.5 * proposed
 
 
+def test_sd_lookup_first_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, ar_reference):
+    """The bf16 draft where lookup finds nothing, lookup chains elsewhere: AR's tokens on real prompts."""
+    draft = load_model("smollm2-135m", "bfloat16")
+    dec = build_decoder("sd", smollm2, draft, {"gamma": 4, "lookup_first": True})
+    idx = list(range(1, len(real_prompts), 3))
+    refs = [ar_reference[i] for i in idx]
+    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
+    lookup = model = 0
+    for i, ref in zip(idx, refs, strict=True):
+        out = dec.generate(real_prompts[i], cfg)
+        assert out.tokens == ref
+        lookup += out.stats.extras["spec_lookup_steps"]
+        model += out.stats.extras["spec_model_steps"]
+    assert lookup > 0 and model > 0
+
+
 @pytest.mark.parametrize("schedule", ["fixed", "adaptive", "gamma_auto"])
 def test_sd_tiny_pair_equals_ar_with_rejections(schedule):
     """Two differently seeded random models: almost every draft is rejected, the output must not change."""
@@ -107,6 +123,30 @@ def test_sd_with_a_quantized_draft_stays_exact_and_still_accepts(draft_bits):
         accepted += out.stats.extras["spec_accepted"]
     assert accepted > 0.5 * proposed
     assert all(torch.equal(v, draft.model.state_dict()[k]) for k, v in before.items())
+
+
+def test_lookup_first_takes_lookup_chains_where_text_repeats_and_stays_exact():
+    """lookup_first: a recurring 2-gram drafts by lookup, other steps by the (here mostly wrong) draft model;
+    outputs stay AR's and both kinds of step occur."""
+    target, draft = make_tiny(seed=0), make_tiny(seed=1)
+    ar = ARDecoder(target.model)
+    dec = _build_untokenized("sd", target, draft, {"gamma": 3, "lookup_first": True})
+    lookup = model = 0
+    for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [7] * 5, list(range(10, 40)) * 2):
+        cfg = greedy_config(24)
+        out = dec.generate(prompt, cfg)
+        assert out.tokens == ar.generate(prompt, cfg).tokens
+        lookup += out.stats.extras["spec_lookup_steps"]
+        model += out.stats.extras["spec_model_steps"]
+    assert lookup > 0 and model > 0
+
+
+def test_lookup_first_belongs_to_model_drafters_and_needs_two_token_ngrams():
+    target = make_tiny(seed=0)
+    with pytest.raises(FastForwardError, match="pld"):
+        _build_untokenized("pld", target, None, {"lookup_first": True})
+    with pytest.raises(FastForwardError, match="ngram_max >= 2"):
+        _build_untokenized("sd", target, target, {"lookup_first": True, "ngram_max": 1})
 
 
 def test_draft_bits_belongs_to_the_draft_model_methods():

@@ -161,8 +161,9 @@ _MODEL_DRAFTERS = ("sd", "sd-sample", "typical", "consultant", "layerskip", "qsd
 # read by every method of its module.
 USED_BY: dict[str, dict[str, tuple[str, ...]]] = {
     "speculative": {
-        "ngram_max": ("pld",),
-        "ngram_min": ("pld",),
+        "ngram_max": ("pld", *_MODEL_DRAFTERS),
+        "ngram_min": ("pld", *_MODEL_DRAFTERS),
+        "lookup_first": _MODEL_DRAFTERS,
         "layers": ("layerskip",),
         "bits": ("qsd",),
         "group_size": ("qsd", *_DRAFT_MODEL),
@@ -186,7 +187,9 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "gamma_auto": "choose each step's gamma from this request's measured draft and verify costs and its "
         "acceptance rate (the draft length with the most expected tokens per second)",
         "ngram_max": "longest suffix n-gram looked up in the prompt and output",
-        "ngram_min": "shortest suffix n-gram looked up",
+        "ngram_min": "shortest suffix n-gram looked up (with lookup_first: at least 2)",
+        "lookup_first": "draft by prompt lookup where a suffix n-gram (n >= 2) recurs, by the draft model only "
+        "elsewhere (saves the draft's cost on repeated text; exactness is kept)",
         "layers": "target layers the draft runs",
         "bits": "weight bits of the quantized draft: 8 (int8 per channel) or 4 (int4 per group)",
         "group_size": "int4 draft: input features per scale (bits=4 / draft_bits=4 only)",

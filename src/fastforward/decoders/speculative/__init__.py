@@ -19,6 +19,10 @@ one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses i
 ``draft_bits=4|8`` (sd, sd-sample, typical, consultant, sd-cross): the draft model is replaced by its
 weight-only quantized copy (as qsd does to the target), with its restricted head (``vocab``) quantized too.
 
+``lookup_first=true`` (every model drafter): prompt lookup drafts where a suffix n-gram of 2..``ngram_max``
+tokens recurs in prompt + output, the model only elsewhere (:class:`LookupFirstDrafter`); on a CPU, where
+the draft is half of each step, repeated text then costs a verify forward alone.
+
 ``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd, sd-cross): the draft's LM head scores only the K most
 frequent tokens (:mod:`fastforward.core.vocab`); the target verifies over the whole vocabulary, so exact
 methods stay exact. The restricted head follows the draft's kernels: quantized like the rest of a qsd copy,
@@ -37,6 +41,7 @@ from fastforward.core.vocab import RestrictedHead, head_weight
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.speculative.drafters import (
     CrossTokenizerDrafter,
+    LookupFirstDrafter,
     ModelDrafter,
     PromptLookupDrafter,
     shallow_view,
@@ -77,6 +82,7 @@ class SpecOptions:
     beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
     alpha: float = opt(0.3, min=0.0)  # typical entropy factor
     vocab: int = opt(0, min=0)  # draft LM head over the K most frequent tokens (0 = the whole vocabulary)
+    lookup_first: bool = False  # model drafters: prompt lookup where an n-gram recurs, the model elsewhere
 
     def validate(self) -> None:
         if self.ngram_min > self.ngram_max:
@@ -113,6 +119,14 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         drafter = ModelDrafter(quantized_copy(source, o.bits, o.group_size), o.draft_stop, head)
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
+    if o.lookup_first and name != "pld":
+        # a 1-token match is too weak a guess to stand in for the draft model's chain
+        lookup = PromptLookupDrafter(o.ngram_max, max(o.ngram_min, 2)) if o.ngram_max >= 2 else None
+        if lookup is None:
+            raise FastForwardError(
+                "lookup_first needs ngram_max >= 2 (a 1-token match does not replace the draft)"
+            )
+        drafter = LookupFirstDrafter(lookup, drafter)
     verifier: Verifier
     if name == "consultant":
         verifier = ConsultantVerifier(o.eps if o.eps is not None else 2.0, o.beta)

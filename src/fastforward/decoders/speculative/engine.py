@@ -169,6 +169,8 @@ class SpeculativeDecoder(Decoder):
                 costs.observe(len(draft), verdict.accepted, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
                 gamma = costs.gamma(gamma, self.spec.gamma_max)
         stats.extras.update(ex.as_dict())
+        if hasattr(self.drafter, "extras"):
+            stats.extras.update(self.drafter.extras())
 
 
 class _Counters:
