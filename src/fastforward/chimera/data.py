@@ -11,6 +11,7 @@ safetensors file, written once: a rerun skips the records already on disk (resum
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,8 +55,13 @@ def target_states(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tensor,
     return out.hidden_states[-1][0], out.logits[0].argmax(-1)
 
 
-def collect_distill_data(target: LoadedModel, out_dir: str | Path, cfg: DistillConfig) -> Path:
-    """Write one record per prompt into ``out_dir`` (skipping records already there); returns the dir."""
+def collect_distill_data(
+    target: LoadedModel, out_dir: str | Path, cfg: DistillConfig, rank: int = 0, world: int = 1
+) -> Path:
+    """Write one record per prompt into ``out_dir`` (skipping records already there); returns the dir.
+
+    With ``world`` processes, rank ``rank`` answers every ``world``-th prompt (records are one file each,
+    so the shards need no merge); the caller waits for all ranks before training."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"target": target.name, "hidden_size": _hidden(target), "config": asdict(cfg)}
@@ -66,15 +72,24 @@ def collect_distill_data(target: LoadedModel, out_dir: str | Path, cfg: DistillC
             raise ValueError(
                 f"{out} holds data of another target ({old.get('target')}); use another --data dir"
             )
-    meta_path.write_text(json.dumps(meta, indent=1))
+    if rank == 0:  # atomically: another rank may be reading it for the check above
+        tmp = meta_path.with_name(meta_path.name + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=1))
+        tmp.replace(meta_path)
     prompts = []
     for sample in prompt_samples(cfg):
         ids = render_prompt(target.tokenizer, [{"role": "user", "content": sample.turns[0]}])
         prompts.append(ids[-cfg.max_prompt_tokens :])
-    return write_records(target, prompts, out, cfg)
+    return write_records(target, prompts, out, cfg, only=range(rank, len(prompts), world))
 
 
-def write_records(target: LoadedModel, prompts: list[list[int]], out: Path, cfg: DistillConfig) -> Path:
+def write_records(
+    target: LoadedModel,
+    prompts: list[list[int]],
+    out: Path,
+    cfg: DistillConfig,
+    only: Iterable[int] | None = None,
+) -> Path:
     """Answer each prompt (greedy) and store ids, target states and labels; record i <-> prompts[i].
 
     Only prompts without a record on disk are answered, ``gen_batch_size`` at a time; each record is written
@@ -82,7 +97,7 @@ def write_records(target: LoadedModel, prompts: list[list[int]], out: Path, cfg:
     """
     out.mkdir(parents=True, exist_ok=True)
     storage = getattr(torch, cfg.hidden_dtype)
-    todo = [i for i in range(len(prompts)) if not _record_path(out, i).exists()]
+    todo = [i for i in (range(len(prompts)) if only is None else only) if not _record_path(out, i).exists()]
     step = max(1, cfg.gen_batch_size)
     written = 0
     for start in range(0, len(todo), step):

@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
 from torch.nn import functional as F
 
 from fastforward.chimera.checkpoint import save_draft, target_matrices
 from fastforward.chimera.data import load_record, records
 from fastforward.chimera.model import ChimeraConfig, ChimeraDraft
+from fastforward.distributed import accelerator, check_replicas_agree
 from fastforward.errors import FastForwardError
 from fastforward.log import log
 
@@ -194,7 +194,7 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     # bf16 autocast is ours, not Accelerate's: its process-wide state refuses a second, different
     # mixed_precision in one process (tests, notebooks running several trainings)
-    acc = Accelerator()
+    acc = accelerator()
     draft, opt, sched = acc.prepare(draft, opt, sched)
     step, history = 0, []
     if resume and (ckpt / "progress.json").exists():
@@ -243,8 +243,8 @@ def train(cfg: TrainConfig, model: torch.nn.Module, resume: bool = False) -> tup
             if acc.is_main_process:
                 (ckpt / "progress.json").write_text(json.dumps({"step": step, "history": history}))
     acc.wait_for_everyone()
+    checksum = check_replicas_agree(acc, raw)
     if acc.is_main_process:
-        save_draft(
-            raw, out, {"train": asdict(cfg), "steps_done": step, "history": history, "processes": world}
-        )
+        meta = {"train": asdict(cfg), "steps_done": step, "history": history, "processes": world}
+        save_draft(raw, out, {**meta, "replica_checksum": checksum})
     return raw.eval(), {"steps": step, "history": history}

@@ -1,6 +1,10 @@
 """``fastforward collect``: Jacobi trajectories of a model on a dataset, one JSONL record per (prompt, block).
 
 Resumable: rerun the same command after an interruption and it continues where the file ends.
+
+Under ``accelerate launch --num_processes N`` each process collects every N-th prompt into a shard of its
+own (``OUT.rankR-of-N``, resumable like the single file); when all are done the first process merges them
+into ``OUT`` (each (prompt, block) once).
 """
 
 from __future__ import annotations
@@ -9,7 +13,9 @@ import argparse
 import sys
 
 from fastforward.cllm.collect import CollectConfig, PromptJob, collect_trajectories
+from fastforward.cllm.trajectories import merge_trajectory_files
 from fastforward.data import DATASETS, load_dataset, render_prompt
+from fastforward.distributed import process_state, shard, shard_path
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import DTYPES, load_model
 
@@ -44,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
             "collect: warning: collecting on the held-out split (numbers are reported there)", file=sys.stderr
         )
     samples = load_dataset(args.dataset, args.limit, split=args.split, data_path=args.data_path)
-    loaded = load_model(args.model, args.dtype, args.device, args.threads)
+    state = process_state()
+    rank, world = state.process_index, state.num_processes
+    device = str(state.device) if world > 1 and args.device.startswith("cuda") else args.device
+    loaded = load_model(args.model, args.dtype, device, args.threads)
     tok = loaded.tokenizer
     if tok is None:
         raise FastForwardError("collect needs a model with a tokenizer")
@@ -58,11 +67,23 @@ def run(args: argparse.Namespace) -> int:
             answer = list(tok(gold, add_special_tokens=False)["input_ids"]) + ([eos[0]] if eos else [])
         jobs.append(PromptJob(s.id, prompt, answer))
     cfg = CollectConfig(args.block_size, args.max_new_tokens, args.batch_size, args.seed)
-    stats = collect_trajectories(loaded.model, eos, jobs, args.out, cfg)
+    out = args.out if world == 1 else shard_path(args.out, rank, world)
+    jobs = shard(jobs, rank, world)
+    stats = collect_trajectories(loaded.model, eos, jobs, out, cfg, progress=state.is_main_process)
     print(
-        f"collect: {stats.prompts} prompts done ({stats.prompts_skipped} already complete), {stats.records} "
+        f"collect{'' if world == 1 else f' [rank {rank}/{world}]'}: {stats.prompts} prompts done ({stats.prompts_skipped} already complete), {stats.records} "
         f"blocks, {stats.tokens} tokens in {stats.wall_time_s:.1f}s ({stats.tokens_per_s:.1f} tok/s), "
-        f"{stats.states / max(1, stats.records):.1f} states/block -> {args.out}",
+        f"{stats.states / max(1, stats.records):.1f} states/block -> {out}",
         file=sys.stderr,
     )
+    if world > 1:
+        state.wait_for_everyone()
+        if state.is_main_process:
+            parts = [shard_path(args.out, r, world) for r in range(world)]
+            added, total = merge_trajectory_files(args.out, parts)
+            print(
+                f"collect: merged {world} shards into {args.out}: {added} new, {total} records",
+                file=sys.stderr,
+            )
+        state.wait_for_everyone()
     return 0

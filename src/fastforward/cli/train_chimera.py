@@ -19,6 +19,7 @@ from fastforward.chimera.checkpoint import load_draft
 from fastforward.chimera.data import DistillConfig, collect_distill_data
 from fastforward.chimera.train import TrainConfig, train
 from fastforward.cli.common import add_model_args
+from fastforward.distributed import process_state
 from fastforward.hardware import training_autocast
 from fastforward.log import log
 from fastforward.models.loading import load_model
@@ -75,7 +76,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    target = load_model(args.model, args.dtype, args.device, args.threads)
+    state = process_state()  # under `accelerate launch`: data collection and training split by rank
+    device = str(state.device) if state.num_processes > 1 and args.device.startswith("cuda") else args.device
+    target = load_model(args.model, args.dtype, device, args.threads)
     out = Path(args.out)
     data = Path(args.data) if args.data else out / "data"
     dcfg = DistillConfig(
@@ -85,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         gen_batch_size=args.gen_batch_size,
     )
     if not args.eval_only:
-        collect_distill_data(target, data / "train", dcfg)
+        collect_distill_data(target, data / "train", dcfg, state.process_index, state.num_processes)
+        state.wait_for_everyone()
         if args.collect_only:
             return 0
         bf16, why = training_autocast("fp32" if args.no_bf16 else args.precision, args.device)
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed, save_every=args.save_every,
         )  # fmt: skip
         train(tcfg, target.model, resume=args.resume)
-    if args.eval or args.eval_only:
+    if (args.eval or args.eval_only) and state.is_main_process:
         draft = load_draft(out, target.model)
         report = evaluate_draft(
             target,

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from fastforward.cllm.augment import CleanConfig, CleanReport, prepare
 from fastforward.cllm.losses import DISTANCES, ar_loss, consistency_loss, total_loss
 from fastforward.cllm.packing import PackedExample, collate, pack_prompt
 from fastforward.cllm.trajectories import TrajectoryRecord, group_by_prompt, read_records
+from fastforward.distributed import accelerator, check_replicas_agree
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import load_model
 
@@ -182,7 +182,7 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
 
     # bf16 autocast is ours, not Accelerate's: its process-wide state refuses a second, different
     # mixed_precision in one process (tests, notebooks, a Chimera run before this one)
-    accel = Accelerator()
+    accel = accelerator()
     bf16 = cfg.mixed_precision == "bf16"
     set_seed(cfg.seed)
     loaded = load_model(cfg.model, "float32")
@@ -255,6 +255,7 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
 
     wall = time.perf_counter() - t0
     accel.wait_for_everyone()
+    checksum = check_replicas_agree(accel, accel.unwrap_model(model))
     if accel.is_main_process:
         final = accel.unwrap_model(model)
         if cfg.lora:
@@ -268,6 +269,8 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
             "train_tokens": tokens,
             "consistency_positions": positions,
             "wall_time_s_this_run": wall,
+            "processes": accel.num_processes,
+            "replica_checksum": checksum,  # equal on every rank (checked); None for one process
             "data_report": report.to_dict(),
             "last_losses": last,
         }

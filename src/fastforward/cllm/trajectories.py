@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,3 +267,20 @@ class TrajectoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def merge_trajectory_files(out: str | Path, parts: Sequence[str | Path]) -> tuple[int, int]:
+    """Append to ``out`` every record of ``parts`` (the shards of a multi-process collection) that ``out`` does
+    not hold yet; returns (records added, records in ``out``). Idempotent: a rerun adds nothing twice, and
+    the shards stay, so each rank resumes from its own file."""
+    added = 0
+    with TrajectoryWriter(out) as writer:
+        for part in parts:
+            if not Path(part).exists():
+                continue
+            for rec in read_records(part):
+                if rec.key not in writer.existing:
+                    writer.write(rec)
+                    added += 1
+        total = len(writer.existing)
+    return added, total
