@@ -201,8 +201,8 @@ def test_the_static_facts_match_what_the_decoders_say() -> None:
     """MethodSpec (used before a model loads) agrees with the built decoders (used to report a run)."""
     tiny, draft = make_tiny(), make_tiny(seed=1)
     for name, spec in METHODS.items():
-        if name in ("chimera", "sd-cross"):
-            continue  # trained heads / a second tokenizer: covered by their own tests
+        if name in ("chimera", "sd-cross", "auto"):
+            continue  # trained heads / a second tokenizer / timing on text prompts: covered by their own tests
         dec = build_decoder(name, tiny, draft if spec.needs_draft else None)
         assert dec.needs_draft == spec.needs_draft, name
         assert dec.lossless == spec.lossless.startswith(("yes", "reference")), name

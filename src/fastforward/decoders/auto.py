@@ -95,6 +95,8 @@ def calibrate(
     """Greedy tokens/s of each decoder over the calibration prompts (one untimed warm-up each)."""
     config = GenerationConfig(max_new_tokens=tokens, eos_token_ids=eos)
     warm = GenerationConfig(max_new_tokens=min(8, tokens), eos_token_ids=eos)
+    if tokenizer is None:
+        raise FastForwardError("method 'auto' times the methods on text prompts: this model has no tokenizer")
     prompts = [render_prompt(tokenizer, [{"role": "user", "content": p}]) for p in CALIBRATION_PROMPTS]
     out: dict[str, float] = {}
     for name, dec in decoders.items():
