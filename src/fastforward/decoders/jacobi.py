@@ -20,25 +20,59 @@ Sampling (temperature > 0) stays lossless in distribution: the previous iterate 
 the unconverged positions, judged by rejection sampling along the chain (:func:`accept_tree_sampled`); the
 accepted guesses plus the target's draw after them are committed, and the remaining positions are re-guessed
 with the target's argmax there. The trajectory measures then count against the committed (sampled) tokens.
+
+Two options (Jacobi Forcing, arXiv:2512.14681 section 4; off by default, where the loop is the plain one
+above, forward for forward). Both only change what is *fed*; acceptance is the one tree rule of
+:mod:`fastforward.core.acceptance`, so greedy stays token-for-token AR and sampling stays lossless in
+distribution with any model (base, CLLM- or Jacobi-Forcing-trained):
+
+- *Rejection recycling* (``pool_size`` > 0): a FIFO pool keeps the sequences a forward threw away (the fed
+  state, anchor first, and the target's outputs along the accepted branch), ``POOL_DEPTH * pool_size``
+  of them. Each step, up to ``pool_size`` pooled continuations of the anchor (the tokens after its first
+  occurrence in an entry, newest entry first, cropped to the fed guess length) join the guess as branches
+  of one prefix tree rooted at the anchor (a candidate's tokens shared with an earlier branch are fed once;
+  one that adds nothing is dropped), verified in the same forward under a 4D tree mask. Only the accepted
+  path's KV is kept; the next guess continues from the target's outputs along the accepted branch.
+- *Multi-block decoding* (``max_blocks`` K > 1, ``spawn_ratio`` r): the block being committed is the real
+  active one (RA). When the newest block has settled ceil(r * n) tokens (RA: committed; a pseudo block:
+  leading tokens its last forward left unchanged) and fewer than K blocks are live, a pseudo block of n
+  more positions (initialised by ``init``) is appended (a configuration where ceil(r * n) >= n, which
+  could never spawn, is refused). One causal chain feeds the anchor, RA's remaining
+  guess and the pseudo blocks' guesses, so later blocks condition on RA's unverified draft; every forward
+  refreshes every live block's iterate, acceptance is the chain's prefix match from the anchor (commits run
+  on into the next block when RA completes, which then becomes RA with its refined guess), and live
+  blocks never cover more positions than ``max_new_tokens`` leaves. ``blocks`` is an alias of ``max_blocks``
+  on the command line (``--opt blocks=2``).
+
+With either option the stats add ``tokens_fed`` (tokens fed to the target by decode forwards),
+``pool_candidates`` (candidate branches fed), ``recycled_tokens`` (accepted tokens that only a candidate
+branch held), ``recycle_steps`` (steps whose accepted path left the guess) and ``spawned_blocks``. The
+trajectory measures need one block per forward: with ``max_blocks`` > 1 only ``blocks`` (blocks that
+committed tokens) and ``iterations`` (decode forwards) are recorded; with recycling alone they are measured
+on the iterates along the accepted branches.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from fastforward.core.acceptance import accept_tree_sampled, chain_parents, common_prefix
-from fastforward.core.cache import rollback, text_config
+from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents, common_prefix
+from fastforward.core.cache import keep_positions, rollback, text_config
 from fastforward.core.decoder import Decoder, Run
+from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
 INITS = ("random", "repeat", "pad")
+POOL_DEPTH = 8  # recycling keeps POOL_DEPTH * pool_size sequences (2 pushed per rejecting step)
 
 # --------------------------------------------------------------------------- pure functions
 
@@ -126,6 +160,69 @@ def initial_guess(init: str, n: int, history: Sequence[int], rng: random.Random,
     raise FastForwardError(f"jacobi: init must be one of {', '.join(INITS)}, got '{init}'")
 
 
+def spawn_threshold(ratio: float, n: int) -> int:
+    """Settled tokens of the newest block that let multi-block decoding spawn the next: ceil(r * n)."""
+    return math.ceil(ratio * n - 1e-9)
+
+
+def pool_continuations(pool: Iterable[Sequence[int]], anchor: int, length: int) -> Iterator[list[int]]:
+    """Rejection recycling's candidates: for each pooled sequence that contains ``anchor`` (in the order
+    given, newest first), the tokens after its first occurrence, at most ``length`` of them."""
+    for entry in pool:
+        try:
+            i = list(entry).index(anchor)
+        except ValueError:
+            continue
+        cont = [int(t) for t in entry[i + 1 : i + 1 + length]]
+        if cont:
+            yield cont
+
+
+def guess_tree(
+    anchor: int, guess: Sequence[int], candidates: Iterable[Sequence[int]], limit: int
+) -> tuple[list[int], list[int], list[list[int]]]:
+    """One step's token tree: the anchor (node 0), the fed guess as a chain (nodes 1..len(guess)), then up
+    to ``limit`` candidate chains merged in as a prefix tree (tokens an earlier branch already holds under
+    the same parent are not fed again; a candidate that adds no node is skipped and not counted).
+
+    Returns (tokens, parents, branches): ``branches[b]`` lists branch b's nodes by depth, branch 0 the guess.
+    """
+    tokens, parents = [int(anchor), *(int(t) for t in guess)], chain_parents([len(guess)])
+    child = {(parents[i], tokens[i]): i for i in range(1, len(tokens))}
+    branches = [list(range(1, len(tokens)))]
+    for cand in candidates:
+        if len(branches) > limit:
+            break
+        node, nodes, added = 0, [], False
+        for t in cand:
+            nxt = child.get((node, int(t)))
+            if nxt is None:
+                nxt = child[(node, int(t))] = len(tokens)
+                tokens.append(int(t))
+                parents.append(node)
+                added = True
+            nodes.append(nxt)
+            node = nxt
+        if added:
+            branches.append(nodes)
+    return tokens, parents, branches
+
+
+def branch_iterate(
+    branches: Sequence[Sequence[int]], path: Sequence[int], outputs: Sequence[int]
+) -> list[int]:
+    """The next iterate of the L = len(branches[0]) + 1 positions after the anchor, read along the first
+    branch that holds the accepted ``path`` (node indices from the root): the target's output at the
+    root, then at each of the branch's nodes, continued with the guess branch's outputs where the branch is
+    shorter. ``outputs[i]``: the target's token after node i (its argmax)."""
+    a = len(path) - 1
+    branch = next(b for b in branches if list(b[:a]) == list(path[1:]))
+    main = branches[0]
+    return [int(outputs[0])] + [
+        int(outputs[(branch if d < len(branch) else main)[d]]) for d in range(len(main))
+    ]
+
+
 # --------------------------------------------------------------------------- decoder
 
 
@@ -135,6 +232,20 @@ class JacobiConfig:
     init: str = opt("random", choices=INITS)  # iterate 0: random (prompt + generated, seeded) | repeat | pad
     seed: int = 0  # seed of the random initialisation; every generate() call restarts from it
     record: bool = False  # keep every iterate of every block in decoder.last_trajectory
+    pool_size: int = opt(0, min=0)  # rejection recycling: pooled candidates verified per step (0 = off)
+    max_blocks: int = opt(1, min=1)  # K: blocks in flight (multi-block decoding; 1 = off)
+    spawn_ratio: float = opt(0.85, min=0.0, max=1.0)  # r: spawn once the newest block settled ceil(r * n)
+
+    def validate(self) -> None:
+        at = spawn_threshold(self.spawn_ratio, self.block_size)
+        if self.max_blocks > 1 and at >= self.block_size:
+            raise FastForwardError(
+                f"jacobi: max_blocks={self.max_blocks} would never spawn a block: ceil(spawn_ratio * "
+                f"block_size) = {at} is the whole block of {self.block_size}; lower spawn_ratio"
+            )
+
+
+ALIASES = {"blocks": "max_blocks"}
 
 
 @dataclass
@@ -160,45 +271,122 @@ class JacobiDecoder(Decoder):
         self.last_trajectory: list[BlockTrajectory] = []
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        sampling = run.config.sampling
-        gen = make_generator(sampling, self.device)
-        rng = random.Random(self.config.seed)
+        c, dev, sampling = self.config, self.device, run.config.sampling
+        gen = make_generator(sampling, dev)
+        rng = random.Random(c.seed)
+        dtype = next(self.model.parameters()).dtype
         history = prompt_ids[0].tolist()
         cache, out = self.prefill(prompt_ids, run)
         run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
         tokens = run.tokens
         anchor_pos = prompt_ids.shape[1]  # position of tokens[-1]; the cache holds everything before it
-        blocks: list[BlockTrajectory] = []
+        pool: deque[list[int]] = deque(maxlen=POOL_DEPTH * c.pool_size)
+        spawn_at = spawn_threshold(c.spawn_ratio, c.block_size)
+        ex = dict(tokens_fed=0, pool_candidates=0, recycled_tokens=0, recycle_steps=0, spawned_blocks=0)
+        done: list[BlockTrajectory] = []  # blocks that committed tokens, in order
+        live: list[_Live] = []  # live[0] is the real-active block (RA), the others pseudo blocks
+        guess: list[int] = []  # the live blocks' guesses for their uncommitted positions, in order
+        forwards = 0
         while not run.done:
-            n = min(self.config.block_size, run.config.max_new_tokens - len(tokens))
-            guess = initial_guess(self.config.init, n, history + tokens, rng, self.pad_id)
-            block = BlockTrajectory(start=len(tokens), iterates=[list(guess)], fixed_point=[])
-            while len(block.fixed_point) < n and not run.done:
-                m = len(guess)  # unconverged positions
-                feed = torch.tensor([[tokens[-1], *guess[: m - 1]]], device=self.device)
-                pos = torch.arange(anchor_pos, anchor_pos + m, device=self.device)[None]
-                out = self.model(input_ids=feed, position_ids=pos, past_key_values=cache, use_cache=True)
-                new = out.logits[0].argmax(-1).tolist()  # [m]
-                block.iterates.append(block.fixed_point + new)
-                if sampling.greedy:
-                    c = converged_prefix(guess, new)
-                    step = new[:c]
-                else:  # the guesses fed after the anchor are a point-mass draft chain
-                    feed_ids = [tokens[-1], *guess[: m - 1]]
-                    path, extra = accept_tree_sampled(
-                        feed_ids, chain_parents([m - 1]), out.logits[0], sampling, gen
-                    )
-                    c = len(path)
-                    step = feed_ids[1:c] + [extra]
-                keep = run.commit(step)
-                block.fixed_point += keep
-                block.committed.append(len(keep))
-                rollback(cache, anchor_pos + c)  # keep the anchor and the c - 1 right guesses
-                anchor_pos += c
-                guess = new[c:]
-            blocks.append(block)
-        _record_blocks(run.stats, blocks, measures=sampling.greedy)
-        self.last_trajectory = blocks if self.config.record else []
+            anchor = tokens[-1]
+            if not live:  # a new RA block
+                n = min(c.block_size, run.config.max_new_tokens - len(tokens))
+                live.append(self._block(len(tokens), n, history + tokens, rng))
+                guess = list(live[0].traj.iterates[0])
+            room = run.config.max_new_tokens - len(tokens) - len(guess)  # positions no live block covers
+            while len(live) < c.max_blocks and room > 0 and live[-1].settled(live[0]) >= spawn_at:
+                blk = self._block(len(tokens) + len(guess), min(c.block_size, room), history + tokens, rng)
+                live.append(blk)
+                guess += blk.traj.iterates[0]
+                room -= blk.size
+                ex["spawned_blocks"] += 1
+            L = len(guess)  # positions after the anchor this step may commit (the last guess is not fed)
+            cands = pool_continuations(reversed(pool), anchor, L - 1) if c.pool_size else ()
+            flat, parents, branches = guess_tree(anchor, guess[: L - 1], cands, c.pool_size)
+            if len(flat) == L:  # one chain: the model's own causal mask
+                out = self.model(
+                    input_ids=torch.tensor([flat], device=dev),
+                    position_ids=torch.arange(anchor_pos, anchor_pos + L, device=dev)[None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            else:
+                vis, depths = tree_visibility(parents), tree_depths(parents)
+                out = self.model(
+                    input_ids=torch.tensor([flat], device=dev),
+                    position_ids=torch.tensor([depths], device=dev) + anchor_pos,
+                    attention_mask=tree_mask(self.model, vis, depths, anchor_pos, dtype, dev),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            nxt = out.logits[0].argmax(-1).tolist()  # [k]: the target's token after every node
+            if sampling.greedy:
+                path = accept_tree(flat, parents, nxt)
+                step = [flat[i] for i in path[1:]] + [nxt[path[-1]]]
+            else:  # the fed guesses and candidates are point-mass drafts
+                path, extra = accept_tree_sampled(flat, parents, out.logits[0], sampling, gen)
+                step = [flat[i] for i in path[1:]] + [extra]
+            n_acc = len(path)  # tokens this forward commits (before the stops): accepted guesses + 1
+            new = branch_iterate(branches, path, nxt)  # [L]
+            # every live block's new iterate, then the commit, which runs on from RA into the next blocks
+            off = 0
+            for blk in live:
+                rem = blk.size - len(blk.traj.fixed_point)
+                if blk is not live[0]:
+                    blk.stable = common_prefix(guess[off : off + rem], new[off : off + rem])
+                blk.traj.iterates.append(blk.traj.fixed_point + new[off : off + rem])
+                off += rem
+            keep = run.commit(step)
+            rest = list(keep)
+            for i, blk in enumerate(live):
+                rem = blk.size - len(blk.traj.fixed_point)
+                take, rest = rest[:rem], rest[rem:]
+                if i == 0 or take:
+                    blk.traj.fixed_point += take
+                    blk.traj.committed.append(len(take))
+            while live and len(live[0].traj.fixed_point) == live[0].size:
+                done.append(live.pop(0).traj)
+            if all(i < L for i in path):  # the guess's own prefix: crop the rest
+                rollback(cache, anchor_pos + n_acc)
+            else:
+                keep_positions(cache, anchor_pos, path)
+            if c.pool_size and n_acc < L:  # something was rejected: recycle the state and the outputs
+                pool.append([anchor, *guess])
+                pool.append(new)
+            anchor_pos += n_acc
+            guess = new[n_acc:]
+            forwards += 1
+            ex["tokens_fed"] += len(flat)
+            ex["pool_candidates"] += len(branches) - 1
+            recycled = sum(i >= L for i in path)
+            ex["recycled_tokens"] += recycled
+            ex["recycle_steps"] += int(recycled > 0)
+        done += [blk.traj for blk in live if blk.traj.committed]
+        if c.max_blocks > 1:  # a forward may commit into two blocks: no per-block iteration, no measures
+            _record_blocks(run.stats, done, measures=False)
+            run.stats.extras["iterations"] = forwards
+        else:
+            _record_blocks(run.stats, done, measures=sampling.greedy)
+        if c.pool_size or c.max_blocks > 1:
+            run.stats.extras.update(ex)
+        self.last_trajectory = done if c.record else []
+
+    def _block(self, start: int, n: int, history: list[int], rng: random.Random) -> _Live:
+        guess = initial_guess(self.config.init, n, history, rng, self.pad_id)
+        return _Live(BlockTrajectory(start=start, iterates=[list(guess)], fixed_point=[]), n)
+
+
+@dataclass
+class _Live:
+    """A block in flight: its trajectory, size, and (pseudo blocks) how many leading tokens the last
+    forward left unchanged."""
+
+    traj: BlockTrajectory
+    size: int
+    stable: int = 0
+
+    def settled(self, ra: _Live) -> int:
+        return len(self.traj.fixed_point) if self is ra else self.stable
 
 
 def block_measures(block: BlockTrajectory) -> tuple[list[int], list[int]]:
@@ -231,7 +419,7 @@ def _record_blocks(stats: DecodeStats, blocks: list[BlockTrajectory], measures: 
 
 
 def build(name: str, target, draft, options: dict) -> JacobiDecoder:
-    return JacobiDecoder(target.model, build_config(JacobiConfig, options, name))
+    return JacobiDecoder(target.model, build_config(JacobiConfig, options, name, ALIASES))
 
 
 OPTIONS = JacobiConfig

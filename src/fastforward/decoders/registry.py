@@ -207,6 +207,11 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "init": "initial guess of a block: random (prompt + output tokens, seeded), repeat or pad",
         "seed": "seed of the random initial guess (every generation restarts from it)",
         "record": "keep every iterate in decoder.last_trajectory (what `fastforward trace` draws)",
+        "pool_size": "rejection recycling: most pooled rejected continuations of the anchor verified per step, "
+        "as tree branches in the same forward (0 = off)",
+        "max_blocks": "K: blocks in flight (multi-block decoding; pseudo blocks are guessed after the active "
+        "block's unverified draft; 1 = off)",
+        "spawn_ratio": "r: spawn a pseudo block once the newest block has ceil(r * block_size) settled tokens",
     },
     "lookahead": {
         "window": "W: columns of the Jacobi window",
