@@ -162,6 +162,14 @@ def test_two_processes_collect_train_resume_and_chimera(tiny_dir, tmp_path):  # 
     jac = build_decoder("jacobi", trained, None, {"block_size": 4}).generate(ids, cfg).tokens
     assert jac == build_decoder("ar", trained).generate(ids, cfg).tokens
 
+    # Jacobi Forcing is the same trainer with another packing: 2 processes, replicas agree
+    jf = tmp_path / "forcing"
+    _launch("train-cllm", "--model", str(tiny_dir), "--data", str(traj), "--out", str(jf),
+            "--objective", "forcing", "--max-steps", "2", "--batch-size", "2")  # fmt: skip
+    meta = json.loads((jf / "cllm_training.json").read_text())
+    assert meta["processes"] == 2 and meta["replica_checksum"] is not None
+    assert meta["config"]["objective"] == "forcing" and meta["steps"] == 2
+
     # train-chimera: data collected by rank (one file per record), a draft trained under DDP, replicas equal
     draft_dir = tmp_path / "chimera"
     _launch("train-chimera", "--model", str(tiny_dir), "--out", str(draft_dir), "--sharegpt", "2", "--gsm8k", "2",

@@ -155,6 +155,15 @@ def write(rows: Sequence[Row], title: str, path: str | Path) -> Path:
 
 def plot_learning_curve(points: Sequence[CurvePoint], path: str | Path, title: str) -> Path:
     """A small PNG line chart of ``cllm-curve``: Jacobi tokens per forward against training tokens."""
+    return plot_learning_curves({"": points}, path, title)
+
+
+SERIES_COLOURS = ((30, 90, 200), (200, 70, 40), (40, 150, 70), (130, 60, 170))
+
+
+def plot_learning_curves(series: dict[str, Sequence[CurvePoint]], path: str | Path, title: str) -> Path:
+    """Several runs' curves on one chart (one colour each, labelled when named), e.g. CLLM vs Jacobi Forcing
+    at equal training budgets."""
     from PIL import Image, ImageDraw  # Pillow is optional (not a package dependency)
 
     path = Path(path)
@@ -162,8 +171,9 @@ def plot_learning_curve(points: Sequence[CurvePoint], path: str | Path, title: s
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
     font, bold = load_font(13), load_font(15)
-    xs = [p.train_tokens for p in points]
-    ys = [p.mean_accepted_tokens for p in points]
+    every = [p for pts in series.values() for p in pts]
+    xs = [p.train_tokens for p in every]
+    ys = [p.mean_accepted_tokens for p in every]
     x_max = max(max(xs), 1)
     y_lo, y_hi = min(1.0, min(ys)), max(ys) * 1.05 + 0.01
 
@@ -186,11 +196,15 @@ def plot_learning_curve(points: Sequence[CurvePoint], path: str | Path, title: s
         d.text((xx - 20, h - bottom + 8), f"{x / 1000:.0f}k", fill="black", font=font)
     d.text((left + 120, h - 25), "packed training tokens", fill="black", font=font)
     d.text((left + 6, top + 4), "Jacobi tokens per forward (held-out)", fill=(60, 60, 60), font=font)
-    pts = [px(x, y) for x, y in zip(xs, ys, strict=True)]
-    if len(pts) > 1:
-        d.line(pts, fill=(30, 90, 200), width=3)
-    for (xx, yy), p in zip(pts, points, strict=True):
-        d.ellipse([xx - 4, yy - 4, xx + 4, yy + 4], fill=(30, 90, 200))
-        d.text((xx + 6, yy - 18), f"{p.mean_accepted_tokens:.2f}", fill="black", font=font)
+    for k, (name, points) in enumerate(series.items()):
+        colour = SERIES_COLOURS[k % len(SERIES_COLOURS)]
+        pts = [px(p.train_tokens, p.mean_accepted_tokens) for p in points]
+        if len(pts) > 1:
+            d.line(pts, fill=colour, width=3)
+        for (xx, yy), p in zip(pts, points, strict=True):
+            d.ellipse([xx - 4, yy - 4, xx + 4, yy + 4], fill=colour)
+            d.text((xx + 6, yy - 18), f"{p.mean_accepted_tokens:.2f}", fill="black", font=font)
+        if name:
+            d.text((w - right - 170, top + 20 + 18 * k), f"— {name}", fill=colour, font=bold)
     img.save(path)
     return path

@@ -33,6 +33,7 @@ COMMANDS = (
     "collect",
     "train_cllm",
     "eval_cllm",
+    "eval_jacobi",
     "eval_quality",
     "cllm_curve",
     "train_chimera",

@@ -1,4 +1,7 @@
-"""``fastforward cllm-curve``: Jacobi tokens per forward of base, snapshots and final CLLM -> JSON + PNG."""
+"""``fastforward cllm-curve``: Jacobi tokens per forward of base, snapshots and final CLLM -> JSON + PNG.
+
+Several ``--run LABEL=DIR`` (e.g. a CLLM and a Jacobi Forcing run on the same data) share the base point and
+one chart; the JSON then has ``series`` (label -> points) beside ``points`` (the first run's)."""
 
 from __future__ import annotations
 
@@ -10,15 +13,19 @@ from pathlib import Path
 
 from fastforward.cllm.curve import CurvePoint, as_json, curve_models, measure
 from fastforward.data import load_dataset
+from fastforward.errors import FastForwardError
 from fastforward.hardware import describe
 from fastforward.models.loading import DTYPES
-from fastforward.trace import plot_learning_curve
+from fastforward.trace import plot_learning_curves
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cllm-curve", help="CLLM learning curve: Jacobi tokens/forward vs training tokens")
     p.add_argument("--base", default="smollm2-135m", help="the model training started from (the 0 point)")
-    p.add_argument("--run", required=True, help="train-cllm --out directory (with --snapshot-every)")
+    p.add_argument(
+        "--run", required=True, action="append", metavar="[LABEL=]DIR",
+        help="train-cllm --out directory (with --snapshot-every); repeat with LABEL=DIR to compare runs",
+    )  # fmt: skip
     p.add_argument("--dataset", default="gsm8k", help="gsm8k, humaneval, mtbench or sharegpt")
     p.add_argument("--data-path", default=None, help="user JSONL instead of --dataset")
     p.add_argument("--split", default="heldout", help="gsm8k split: heldout, train, all")
@@ -32,25 +39,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def parse_runs(items: list[str]) -> list[tuple[str, str]]:
+    """``DIR`` or ``LABEL=DIR`` -> (label, dir); an unlabelled run is named by its directory."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        label, sep, path = item.partition("=")
+        label, path = (label, path) if sep else (Path(item).name, item)
+        if not label or not path or label in {lbl for lbl, _ in out}:
+            raise FastForwardError(f"--run must be DIR or LABEL=DIR with distinct labels, got '{item}'")
+        out.append((label, path))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    models = [("base", Path(args.base), 0, 0), *curve_models(args.run)]
+    runs = [(label, curve_models(path)) for label, path in parse_runs(args.run)]
     samples = load_dataset(args.dataset, args.limit, split=args.split, data_path=args.data_path)
     messages = [[{"role": "user", "content": s.turns[0]}] for s in samples]
-    points: list[CurvePoint] = []
-    for label, path, step, tokens in models:
+
+    def point(label: str, path, step: int, tokens: int) -> CurvePoint:
         m = measure(path, messages, args.block_size, args.max_new_tokens, args.dtype, args.device)
-        points.append(CurvePoint(label, step, tokens, **m))
         print(
             f"cllm-curve: {label:>10s} step {step:5d} tokens {tokens:8d} tokens/forward "
             f"{m['mean_accepted_tokens']:.3f} repetition {m['repetition_rate']:.2f}",
             file=sys.stderr,
             flush=True,
         )
+        return CurvePoint(label, step, tokens, **m)
+
+    base = point("base", Path(args.base), 0, 0)
+    series = {name: [base] + [point(*m) for m in models] for name, models in runs}
+    points = next(iter(series.values()))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     extra = {
         "base": args.base,
-        "run": args.run,
+        "run": args.run[0] if len(args.run) == 1 else args.run,
         "dataset": args.dataset,
         "split": args.split,
         "block_size": args.block_size,
@@ -59,9 +82,13 @@ def run(args: argparse.Namespace) -> int:
         "hardware": describe(),
         "command": shlex.join(["fastforward", *sys.argv[1:]]),
     }
-    out.write_text(json.dumps(as_json(points, extra), indent=2) + "\n")
-    png = plot_learning_curve(
-        points, args.plot or out.with_suffix(".png"), f"CLLM on {args.dataset} {args.split}: {args.base}"
+    doc = as_json(points, extra)
+    if len(series) > 1:
+        doc["series"] = {name: as_json(pts, {})["points"] for name, pts in series.items()}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    title = f"Jacobi tokens/forward on {args.dataset} {args.split}: {args.base}"
+    png = plot_learning_curves(
+        series if len(series) > 1 else {"": points}, args.plot or out.with_suffix(".png"), title
     )
     print(f"cllm-curve: {out}, {png}", file=sys.stderr)
     return 0

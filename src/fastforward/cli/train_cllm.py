@@ -1,4 +1,5 @@
-"""``fastforward train-cllm``: consistency training on collected trajectories -> a plain HF model directory."""
+"""``fastforward train-cllm``: consistency training (CLLM or Jacobi Forcing) on collected trajectories -> a plain
+HF model directory."""
 
 from __future__ import annotations
 
@@ -12,15 +13,32 @@ from fastforward.log import log
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train-cllm", help="train a CLLM (consistency + AR loss) on Jacobi trajectories")
+    p = sub.add_parser(
+        "train-cllm",
+        help="train a CLLM or a Jacobi Forcing model (consistency + AR loss) on Jacobi trajectories",
+    )
     p.add_argument("--model", default="smollm2-135m", help="the model the trajectories came from")
     p.add_argument(
         "--data", required=True, help="trajectory file (fastforward JSONL or Consistency_LLM layout)"
     )
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument(
-        "--loss", default="global", choices=["global", "local"], help="consistency loss: global or local"
-    )
+        "--objective", default="cllm", choices=["cllm", "forcing"],
+        help="cllm: noisy states after clean earlier blocks; forcing: Jacobi Forcing, every block's noisy "
+        "state after the earlier noisy blocks (noise schedule below), all blocks in one sequence",
+    )  # fmt: skip
+    p.add_argument(
+        "--loss", default="global", choices=["global", "local"],
+        help="cllm consistency loss: global (to the fixed point) or local (to the next state)",
+    )  # fmt: skip
+    p.add_argument(
+        "--noise-window", type=int, default=8,
+        help="forcing: blocks per clean-to-fully-noisy ramp of the cyclic noise schedule (w)",
+    )  # fmt: skip
+    p.add_argument(
+        "--noise-strategy", default="progressive", choices=["progressive", "reverse", "random"],
+        help="forcing: how each block's noise level is picked from the window's levels",
+    )  # fmt: skip
     p.add_argument(
         "--distance",
         default="fkl",
@@ -40,6 +58,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--states-per-block", type=int, default=2, help="noisy states packed per block and step")
     p.add_argument("--batch-size", type=int, default=1, help="prompts per optimizer step")
     p.add_argument("--max-steps", type=int, default=100, help="optimizer steps")
+    p.add_argument(
+        "--max-train-tokens", type=int, default=0,
+        help="stop once this many packed tokens were fed (0: no limit); compare runs at equal budgets",
+    )  # fmt: skip
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=10, help="linear learning-rate warm-up steps")
     p.add_argument("--max-packed-tokens", type=int, default=2048, help="most tokens packed into one sequence")
@@ -70,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         data=args.data,
         out=args.out,
+        objective=args.objective,
         loss=args.loss,
+        noise_window=args.noise_window,
+        noise_strategy=args.noise_strategy,
         distance=args.distance,
         ar_weight=args.ar_weight,
         ar_target=args.ar_target,
@@ -78,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         states_per_block=args.states_per_block,
         batch_size=args.batch_size,
         max_steps=args.max_steps,
+        max_train_tokens=args.max_train_tokens,
         lr=args.lr,
         warmup_steps=args.warmup_steps,
         max_packed_tokens=args.max_packed_tokens,

@@ -1,7 +1,9 @@
-"""Consistency training (CLLM Algorithm 2) over packed trajectories, with Accelerate.
+"""Consistency training (CLLM Algorithm 2, or Jacobi Forcing) over packed trajectories, with Accelerate.
 
-One optimizer step = ``batch_size`` prompts, each packed into one sequence (see packing.py): one forward
-gives the AR loss (eq. 6) and the consistency loss (eq. 4 global or eq. 5 local). Accelerate makes the same
+One optimizer step = ``batch_size`` prompts, each packed into one sequence: one forward gives the AR loss
+(eq. 6) and the consistency loss. ``objective="cllm"`` packs noisy states in the context of clean earlier
+blocks (packing.py; eq. 4 global or eq. 5 local); ``objective="forcing"`` packs every block's noisy state
+in the context of the earlier *noisy* blocks, picked by a cyclic noise schedule (forcing.py, Jacobi Forcing). Accelerate makes the same
 loop run on a CPU (bf16 autocast), one GPU, or several under ``accelerate launch`` / torchrun (DDP or FSDP,
 configured by ``accelerate config``). Checkpoints (model, optimizer, scheduler, RNG, step) go to
 ``OUT/checkpoints/step-N``; ``--resume`` continues from the newest. The result is a plain HF model directory
@@ -26,6 +28,7 @@ import torch
 from accelerate.utils import set_seed
 
 from fastforward.cllm.augment import CleanConfig, CleanReport, prepare
+from fastforward.cllm.forcing import STRATEGIES, pack_forcing
 from fastforward.cllm.losses import DISTANCES, ar_loss, consistency_loss, total_loss
 from fastforward.cllm.packing import PackedExample, collate, pack_prompt
 from fastforward.cllm.trajectories import TrajectoryRecord, group_by_prompt, read_records
@@ -39,7 +42,10 @@ class TrainConfig:
     model: str
     data: str
     out: str
-    loss: str = "global"  # global (eq. 4) | local (eq. 5)
+    objective: str = "cllm"  # cllm | forcing (Jacobi Forcing: noisy blocks see earlier noisy blocks)
+    loss: str = "global"  # global (eq. 4) | local (eq. 5); objective cllm only
+    noise_window: int = 8  # forcing: w, blocks per clean -> fully noisy ramp of the noise schedule
+    noise_strategy: str = "progressive"  # forcing: progressive | reverse | random
     distance: str = "fkl"  # fkl | rkl | js
     ar_weight: float = 10.0  # w in eq. 7 (the reference uses 10)
     ar_target: str = "teacher"  # teacher | labels
@@ -47,6 +53,7 @@ class TrainConfig:
     states_per_block: int = 2
     batch_size: int = 1  # prompts per step
     max_steps: int = 100
+    max_train_tokens: int = 0  # > 0: stop once this many packed tokens were fed (equal budgets across runs)
     lr: float = 1e-4
     warmup_steps: int = 10
     weight_decay: float = 0.0
@@ -65,6 +72,14 @@ class TrainConfig:
     log_every: int = 10
 
     def validate(self) -> None:
+        if self.objective not in ("cllm", "forcing"):
+            raise FastForwardError(f"--objective must be cllm or forcing, got '{self.objective}'")
+        if self.noise_window < 1:
+            raise FastForwardError(f"--noise-window must be >= 1, got {self.noise_window}")
+        if self.noise_strategy not in STRATEGIES:
+            raise FastForwardError(f"--noise-strategy must be one of {', '.join(STRATEGIES)}")
+        if self.max_train_tokens < 0:
+            raise FastForwardError("--max-train-tokens must be >= 0")
         if self.loss not in ("global", "local"):
             raise FastForwardError(f"--loss must be global or local, got '{self.loss}'")
         if self.distance not in DISTANCES:
@@ -123,9 +138,14 @@ def step_batch(
         order = list(range(n))
         random.Random(f"order:{cfg.seed}:{epoch}").shuffle(order)
         rng = random.Random(f"states:{cfg.seed}:{step}:{k}")
-        ex = pack_prompt(
-            groups[order[pos]], rng, cfg.loss, cfg.states_per_block, cfg.ar_target, cfg.max_packed_tokens
-        )
+        if cfg.objective == "forcing":
+            ex = pack_forcing(
+                groups[order[pos]], rng, cfg.noise_window, cfg.noise_strategy, cfg.max_packed_tokens
+            )
+        else:
+            ex = pack_prompt(
+                groups[order[pos]], rng, cfg.loss, cfg.states_per_block, cfg.ar_target, cfg.max_packed_tokens
+            )
         if ex is not None:
             out.append(ex)
         k += 1
@@ -144,7 +164,11 @@ def compute_losses(
     logits = out.logits.flatten(0, 1)  # [B * L, V]
     s_idx, t_idx = batch["student_idx"], batch["teacher_idx"]
     cons = consistency_loss(
-        logits[s_idx], logits[t_idx].detach(), torch.ones_like(s_idx, dtype=torch.bool), cfg.distance
+        logits[s_idx],
+        logits[t_idx].detach(),
+        torch.ones_like(s_idx, dtype=torch.bool),
+        cfg.distance,
+        batch.get("student_weight"),
     )
     ar = ar_loss(logits[batch["ar_idx"]], batch["ar_targets"], cfg.label_smoothing)
     return {"loss": total_loss(cons, ar, cfg.ar_weight), "consistency": cons, "ar": ar}
@@ -207,17 +231,21 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
     model, opt, sched = accel.prepare(model, opt, sched)
 
-    start_step, tokens, positions = 0, 0, 0
+    start_step, tokens, positions, wall_before = 0, 0, 0, 0.0
     if cfg.resume and cps:
         accel.load_state(str(cps[-1]))
         state = json.loads((cps[-1] / "trainer_state.json").read_text())
         start_step, tokens, positions = state["step"], state["train_tokens"], state["consistency_positions"]
+        wall_before = float(state.get("wall_time_s", 0.0))
         log(f"train: resumed from {cps[-1]} (step {start_step})")
 
     t0 = time.perf_counter()
     last: dict[str, float] = {}
     dtype = torch.float32
+    done = start_step
     for step in range(start_step, cfg.max_steps):
+        if budget_spent(tokens, cfg.max_train_tokens):
+            break
         examples = step_batch(groups, cfg, step, accel.process_index, accel.num_processes)
         if not examples:
             raise FastForwardError("no trainable example could be packed")
@@ -242,14 +270,16 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
         if any(math.isnan(v) for v in last.values()):
             raise FastForwardError(f"loss became NaN at step {step + 1}")
         done = step + 1
-        if done % cfg.log_every == 0 or done == cfg.max_steps:
+        final_step = done == cfg.max_steps or budget_spent(tokens, cfg.max_train_tokens)
+        if done % cfg.log_every == 0 or final_step:
             el = time.perf_counter() - t0
             log(
                 f"step {done}/{cfg.max_steps} loss {last['loss']:.4f} consistency {last['consistency']:.4f} "
                 f"ar {last['ar']:.4f} tokens {tokens} ({el / max(1, done - start_step):.2f} s/step)"
             )
-        if cfg.save_every and done % cfg.save_every == 0 and done < cfg.max_steps:
-            _save_checkpoint(accel, out, done, tokens, positions, cfg.keep_checkpoints)
+        if cfg.save_every and done % cfg.save_every == 0 and not final_step:
+            wall_so_far = wall_before + time.perf_counter() - t0
+            _save_checkpoint(accel, out, done, tokens, positions, cfg.keep_checkpoints, wall_so_far)
         if cfg.snapshot_every and done % cfg.snapshot_every == 0 and accel.is_main_process:
             _save_snapshot(accel.unwrap_model(model), tok, out, done, tokens, positions)
 
@@ -265,24 +295,38 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
             tok.save_pretrained(out)
         meta = {
             "config": _jsonable(asdict(cfg)),
-            "steps": cfg.max_steps,
+            "steps": done,
             "train_tokens": tokens,
             "consistency_positions": positions,
             "wall_time_s_this_run": wall,
+            "wall_time_s": wall_before + wall,  # every run of a resumed training together
             "processes": accel.num_processes,
             "replica_checksum": checksum,  # equal on every rank (checked); None for one process
             "data_report": report.to_dict(),
             "last_losses": last,
         }
         (out / "cllm_training.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return TrainResult(out, cfg.max_steps, tokens, positions, wall, report, last)
+    return TrainResult(out, done, tokens, positions, wall, report, last)
 
 
-def _save_checkpoint(accel, out: Path, step: int, tokens: int, positions: int, keep: int) -> None:
+def budget_spent(tokens: int, max_train_tokens: int) -> bool:
+    """Whether a token-budgeted run (``max_train_tokens`` > 0) has fed its budget: runs compared at an equal
+    training budget stop at the first step that reaches it."""
+    return max_train_tokens > 0 and tokens >= max_train_tokens
+
+
+def _save_checkpoint(
+    accel, out: Path, step: int, tokens: int, positions: int, keep: int, wall_time_s: float = 0.0
+) -> None:
     path = out / "checkpoints" / f"step-{step}"
     accel.save_state(str(path))
     if accel.is_main_process:
-        state = {"step": step, "train_tokens": tokens, "consistency_positions": positions}
+        state = {
+            "step": step,
+            "train_tokens": tokens,
+            "consistency_positions": positions,
+            "wall_time_s": wall_time_s,
+        }
         (path / "trainer_state.json").write_text(json.dumps(state) + "\n")  # written last: marks complete
         for old in _checkpoints(out)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)

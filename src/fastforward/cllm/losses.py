@@ -47,8 +47,13 @@ def consistency_loss(
     teacher_logits: torch.Tensor,  # [..., V], detached inside
     mask: torch.Tensor,  # [...] bool: positions that count
     kind: str = "fkl",
+    weights: torch.Tensor
+    | None = None,  # [...] per-position scale (Jacobi Forcing: 1 / blocks of the example)
 ) -> torch.Tensor:
-    return masked_mean(distance(teacher_logits, student_logits, kind), mask)
+    d = distance(teacher_logits, student_logits, kind)
+    if weights is not None:
+        d = d * weights.to(d.device, d.dtype)
+    return masked_mean(d, mask)
 
 
 def first_wrong_mask(state: Sequence[int], fixed: Sequence[int], valid_len: int | None = None) -> list[bool]:

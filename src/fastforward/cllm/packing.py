@@ -35,6 +35,7 @@ class PackedExample:
     teacher_idx: torch.Tensor  # [C] consistency teacher positions (detached in the loss)
     ar_idx: torch.Tensor  # [A] positions whose logits predict ar_targets
     ar_targets: torch.Tensor  # [A]
+    consistency_weight: float = 1.0  # scales this example's consistency terms (Jacobi Forcing: 1 / blocks)
 
     @property
     def length(self) -> int:
@@ -158,7 +159,7 @@ def collate(examples: Sequence[PackedExample], dtype: torch.dtype = torch.float3
     pos = torch.zeros(bsz, length, dtype=torch.long)
     vis = torch.eye(length, dtype=torch.bool).expand(bsz, length, length).clone()  # pad rows see themselves
     out: dict[str, list[torch.Tensor]] = {
-        k: [] for k in ("student_idx", "teacher_idx", "ar_idx", "ar_targets")
+        k: [] for k in ("student_idx", "teacher_idx", "ar_idx", "ar_targets", "student_weight")
     }
     for i, e in enumerate(examples):
         n = e.length
@@ -168,6 +169,7 @@ def collate(examples: Sequence[PackedExample], dtype: torch.dtype = torch.float3
         out["teacher_idx"].append(e.teacher_idx + off)
         out["ar_idx"].append(e.ar_idx + off)
         out["ar_targets"].append(e.ar_targets)
+        out["student_weight"].append(torch.full((e.student_idx.numel(),), float(e.consistency_weight)))
     mask = torch.zeros(bsz, 1, length, length, dtype=dtype).masked_fill_(
         ~vis[:, None], torch.finfo(dtype).min
     )
