@@ -9,17 +9,18 @@
 #   4. base / CLLM / Jacobi Forcing on held-out GSM8K, each with four Jacobi decoder variants (plain,
 #      rejection recycling, multi-block, both): tokens per forward, bf16 speedup vs the model's own AR,
 #      fp32 identity with its own greedy AR, accuracy, NLL by the base, repetition, distinct-n.
-# CPU defaults are sized for a 2-core machine and about two hours; every step resumes (collection continues
-# the JSONL, training continues from its newest checkpoint; rerun the script after an interruption).
-# Larger:   PROMPTS=989 BUDGET=3400000 bash recipes/jacobi_forcing_smollm2.sh   (GPU: add DEVICE=cuda)
+# CPU defaults are the run in docs/results.md, sized for a 2-core machine (~45 min of collection, ~30 min of
+# the two trainings side by side, ~40 min of evaluation); every step resumes (collection continues the JSONL,
+# training continues from its newest checkpoint; rerun the script after an interruption).
+# Larger:   PROMPTS=989 BUDGET=3400000 SNAP=500 bash recipes/jacobi_forcing_smollm2.sh   (GPU: add DEVICE=cuda)
 set -euo pipefail
 
 export FASTFORWARD_CACHE=${FASTFORWARD_CACHE:-$HOME/.cache/fastforward}
 OUT=${OUT:-runs/jf}
 MODEL=${MODEL:-smollm2-135m}
-PROMPTS=${PROMPTS:-240}        # GSM8K train-part prompts with trajectories (collection stops here)
-BUDGET=${BUDGET:-250000}       # packed training tokens per method
-SNAP=${SNAP:-60}               # snapshot every N steps for the curve
+PROMPTS=${PROMPTS:-100}        # GSM8K train-part prompts with trajectories (collection stops here)
+BUDGET=${BUDGET:-60000}        # packed training tokens per method
+SNAP=${SNAP:-50}               # snapshot (and checkpoint) every N steps for the curve
 DEVICE=${DEVICE:-cpu}
 THREADS=${THREADS:-1}          # per training process (two run at once)
 mkdir -p "$OUT" results docs/img
@@ -55,4 +56,4 @@ flock /tmp/ffbench.lock fastforward eval-jacobi --base "$MODEL" \
   --variant plain: --variant recycle:pool_size=2 --variant multiblock:max_blocks=2,spawn_ratio=0.5 \
   --variant both:pool_size=2,max_blocks=2,spawn_ratio=0.5 \
   --dataset gsm8k --split heldout --limit 20 --block-size 16 --max-new-tokens 128 --dtype bfloat16 \
-  --exact-limit 10 --device "$DEVICE" --out results/jacobi_forcing.json
+  --exact-limit 5 --device "$DEVICE" --out results/jacobi_forcing.json

@@ -319,6 +319,15 @@ def test_side_by_side_curve_and_eval(tiny_dir, tmp_path):
     )
     assert r["base"]["nll_on_base_answers"] == pytest.approx(r["base"]["nll_by_base"])
     assert r["hardware"] and r["command"].startswith("fastforward")
+    # the base as a reference only: its answers (for the NLLs), no Jacobi variants of its own
+    assert main(
+        ["eval-jacobi", "--base", str(tiny_dir), "--model", f"jacobi_forcing={runs['forcing']}",
+         "--skip-base-variants", "--limit", "1", "--block-size", "4", "--max-new-tokens", "6",
+         "--dtype", "float32", "--exact-limit", "1", "--warmup", "0", "--out", str(res)]
+    ) == 0  # fmt: skip
+    r = json.loads(res.read_text())
+    assert r["base"]["variants"] == {} and r["base"]["best_variant"] is None and r["base"]["nll_by_base"] > 0
+    assert r["jacobi_forcing"]["identical_to_own_ar_fp32"] == 1.0
 
 
 def test_distinct_n():

@@ -38,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bfloat16", choices=list(DTYPES), help="dtype of the timed runs")
     p.add_argument("--exact-limit", type=int, default=10, help="prompts for the fp32 exactness check")
     p.add_argument("--warmup", type=int, default=1, help="warm-up generations per decoder (excluded)")
+    p.add_argument(
+        "--skip-base-variants", action="store_true",
+        help="decode with the base model's AR only (its answers are the NLL reference), no Jacobi variants",
+    )  # fmt: skip
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="results/jacobi_forcing.json", help="result JSON")
     p.set_defaults(func=run)
@@ -94,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         data_path=args.data_path,
         device=args.device,
+        base_variants=not args.skip_base_variants,
     )
     result = nan_free(compare(cfg, command=["fastforward", *sys.argv[1:]]))
     out = Path(args.out)
@@ -103,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     tmp.replace(out)
     for label in ("base", *(lbl for lbl, _ in models)):
         r = result[label]
+        if r["best_variant"] is None:
+            continue
         print(
             f"{label:>15s} tok/fwd {r['mean_accepted_tokens']:.2f} speedup {r['speedup_vs_ar'] or 0:.2f}x "
             f"({r['best_variant']}) accuracy {r['accuracy']} nll_by_base {r['nll_by_base']:.3f} "

@@ -53,6 +53,7 @@ class CompareConfig:
     warmup: int = 1
     data_path: str | None = None
     device: str = "cpu"
+    base_variants: bool = True  # False: the base only answers (AR), as the reference for the NLL measures
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,15 +91,16 @@ def training_meta(path: str) -> dict[str, Any]:
     return {}
 
 
-def _speed(ref: str, cfg: CompareConfig, prompts, gen_for, log) -> tuple[dict[str, Any], list[list[int]]]:
+def _speed(
+    ref: str, cfg: CompareConfig, prompts, gen_for, log, variants_to_run
+) -> tuple[dict[str, Any], list[list[int]]]:
     lm = load_model(ref, cfg.speed_dtype, cfg.device)
     gen = gen_for(lm)
-    log(
-        f"compare {ref}: AR + {len(cfg.variants)} Jacobi variants ({cfg.speed_dtype}), {len(prompts)} prompts"
-    )
+    n = len(variants_to_run)
+    log(f"compare {ref}: AR + {n} Jacobi variants ({cfg.speed_dtype}), {len(prompts)} prompts")
     ar_out, ar = decode_all(build_decoder("ar", lm), prompts, gen, cfg.warmup)
     variants: dict[str, Any] = {}
-    for label, opts in cfg.variants:
+    for label, opts in variants_to_run:
         options = {"block_size": cfg.block_size, **dict(opts)}
         _, jac = decode_all(build_decoder("jacobi", lm, None, options), prompts, gen, cfg.warmup)
         ex = jac.extras
@@ -119,11 +121,11 @@ def _speed(ref: str, cfg: CompareConfig, prompts, gen_for, log) -> tuple[dict[st
     return {"ar_tokens_per_s": ar.tokens_per_s, "variants": variants}, ar_out
 
 
-def _exactness(fp32, cfg: CompareConfig, prompts, gen) -> dict[str, float]:
-    n = min(cfg.exact_limit, len(prompts))
+def _exactness(fp32, cfg: CompareConfig, prompts, gen, variants_to_run) -> dict[str, float]:
+    n = min(cfg.exact_limit, len(prompts)) if variants_to_run else 0
     ar = [build_decoder("ar", fp32).generate(p, gen).tokens for p in prompts[:n]]
     out: dict[str, float] = {}
-    for label, opts in cfg.variants:
+    for label, opts in variants_to_run:
         dec = build_decoder("jacobi", fp32, None, {"block_size": cfg.block_size, **dict(opts)})
         same = sum(dec.generate(p, gen).tokens == a for p, a in zip(prompts[:n], ar, strict=True))
         out[label] = same / n if n else 0.0
@@ -145,24 +147,27 @@ def compare(cfg: CompareConfig, log=None, command: list[str] | None = None) -> d
     result: dict[str, Any] = {}
     base_answers: list[list[int]] | None = None
     for label, ref in (("base", cfg.base), *cfg.models):
-        speed, answers = _speed(ref, cfg, prompts, gen_for, log)
+        runs = cfg.variants if (label != "base" or cfg.base_variants) else ()
+        speed, answers = _speed(ref, cfg, prompts, gen_for, log, runs)
         if base_answers is None:
             base_answers = answers
-        fp32 = base32 if ref == cfg.base else load_model(ref, "float32", cfg.device)
+        fp32 = base32 if label == "base" else load_model(ref, "float32", cfg.device)
         log(f"compare {ref}: fp32 exactness on {min(cfg.exact_limit, len(prompts))} prompts, NLLs")
-        exact = _exactness(fp32, cfg, prompts, gen_for(fp32))
-        best = max(speed["variants"], key=lambda v: speed["variants"][v]["speedup_vs_ar"] or 0.0)
+        exact = _exactness(fp32, cfg, prompts, gen_for(fp32), runs)
+        best = max(
+            speed["variants"], key=lambda v: speed["variants"][v]["speedup_vs_ar"] or 0.0, default=None
+        )
         for v, rec in speed["variants"].items():
             rec["identical_to_own_ar_fp32"] = exact[v]
         texts = [tok.decode(a, skip_special_tokens=True) for a in answers]
         train = training_meta(ref)
-        head = speed["variants"][best]
+        head = speed["variants"][best] if best else {}
         result[label] = {
             "model": ref,
             "prompts": len(prompts),
-            "mean_accepted_tokens": head["mean_accepted_tokens"],
-            "speedup_vs_ar": head["speedup_vs_ar"],
-            "decoder_options": head["decoder_options"],
+            "mean_accepted_tokens": head.get("mean_accepted_tokens"),
+            "speedup_vs_ar": head.get("speedup_vs_ar"),
+            "decoder_options": head.get("decoder_options"),
             "best_variant": best,
             "identical_to_own_ar_fp32": min(exact.values()) if exact else None,
             "accuracy": _accuracy(texts, golds),
@@ -178,7 +183,7 @@ def compare(cfg: CompareConfig, log=None, command: list[str] | None = None) -> d
             "ar_tokens_per_s": speed["ar_tokens_per_s"],
             "variants": speed["variants"],
         }
-        if fp32 is not base32:
+        if label != "base":
             del fp32
     return {
         **result,
