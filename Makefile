@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/assets.txt
 demo: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
 	$(BIN)/fastforward bench --model smollm2-135m --dataset mtbench,gsm8k --limit 3 \
-		--max-new-tokens 96 --dtype bfloat16 --methods all --out results/demo.json
+		--max-new-tokens 96 --dtype auto --path auto --methods all --out results/demo.json
 
 test: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
