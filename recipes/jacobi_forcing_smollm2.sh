@@ -6,8 +6,8 @@
 #      prompts with the same packed-token budget, concurrently (one core each, so they share the machine's
 #      conditions and their wall times compare), bf16 snapshots for the learning curve;
 #   3. the learning curve of both on one chart (held-out tokens per forward vs packed training tokens);
-#   4. base / CLLM / Jacobi Forcing on held-out GSM8K, each with four Jacobi decoder variants (plain,
-#      rejection recycling, multi-block, both): tokens per forward, bf16 speedup vs the model's own AR,
+#   4. base / CLLM / Jacobi Forcing on held-out GSM8K, each with three Jacobi decoder variants (plain,
+#      rejection recycling, multi-block): tokens per forward, bf16 speedup vs the model's own AR,
 #      fp32 identity with its own greedy AR, accuracy, NLL by the base, repetition, distinct-n.
 # CPU defaults are the run in docs/results.md, sized for a 2-core machine (~45 min of collection, ~30 min of
 # the two trainings side by side, ~40 min of evaluation); every step resumes (collection continues the JSONL,
@@ -21,8 +21,9 @@ MODEL=${MODEL:-smollm2-135m}
 PROMPTS=${PROMPTS:-100}        # GSM8K train-part prompts with trajectories (collection stops here)
 BUDGET=${BUDGET:-60000}        # packed training tokens per method
 SNAP=${SNAP:-50}               # snapshot (and checkpoint) every N steps for the curve
+EVAL_PROMPTS=${EVAL_PROMPTS:-10}  # held-out GSM8K problems timed per model and decoder variant
 DEVICE=${DEVICE:-cpu}
-THREADS=${THREADS:-1}          # per training process (two run at once)
+THREADS=${THREADS:-1}          # torch threads per training process (two run at once) and for the timed eval
 mkdir -p "$OUT" results docs/img
 
 fastforward collect --model "$MODEL" --dataset gsm8k --split train --limit "$PROMPTS" --block-size 16 \
@@ -51,9 +52,9 @@ fastforward cllm-curve --base "$MODEL" --run cllm="$OUT/cllm" --run jacobi_forci
   --dataset gsm8k --split heldout --limit 10 --block-size 16 --max-new-tokens 128 --dtype bfloat16 \
   --device "$DEVICE" --out results/jacobi_forcing_curve.json --plot docs/img/jacobi_forcing_curve.png
 
-flock /tmp/ffbench.lock fastforward eval-jacobi --base "$MODEL" \
+# timed: one thread (the measured run shared the machine's other core with the test suite)
+OMP_NUM_THREADS=$THREADS flock /tmp/ffbench.lock fastforward eval-jacobi --base "$MODEL" \
   --model cllm="$OUT/cllm" --model jacobi_forcing="$OUT/forcing" \
   --variant plain: --variant recycle:pool_size=2 --variant multiblock:max_blocks=2,spawn_ratio=0.5 \
-  --variant both:pool_size=2,max_blocks=2,spawn_ratio=0.5 \
-  --dataset gsm8k --split heldout --limit 20 --block-size 16 --max-new-tokens 128 --dtype bfloat16 \
-  --exact-limit 5 --device "$DEVICE" --out results/jacobi_forcing.json
+  --dataset gsm8k --split heldout --limit "$EVAL_PROMPTS" --block-size 16 --max-new-tokens 128 \
+  --dtype bfloat16 --exact-limit 3 --device "$DEVICE" --out results/jacobi_forcing.json
