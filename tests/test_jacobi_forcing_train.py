@@ -30,6 +30,7 @@ from fastforward.decoders.registry import build_decoder
 from fastforward.models.loading import load_model
 
 from .conftest import make_tiny
+from .test_cllm_train import tiny_dir  # noqa: F401  (fixture)
 
 EOS = 63
 
@@ -209,19 +210,7 @@ def test_budget_spent():
 # --------------------------------------------------------------------------- trainer end to end
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(smollm2, tmp_path_factory):
-    tok = smollm2.tokenizer
-    tiny = make_tiny(vocab=len(tok), seed=0)
-    tiny.model.config.eos_token_id = smollm2.eos_token_ids[0]
-    tiny.model.generation_config.eos_token_id = smollm2.eos_token_ids[0]
-    d = tmp_path_factory.mktemp("tiny_jf_model")
-    tiny.model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
-
-
-def test_forcing_trainer_token_budget_resume_and_decode(tiny_dir, tmp_path):
+def test_forcing_trainer_token_budget_resume_and_decode(tiny_dir, tmp_path):  # noqa: F811
     traj = tmp_path / "traj.jsonl"
     jobs = [PromptJob(f"q{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(3)]
     model = load_model(str(tiny_dir), "float32").model
@@ -256,7 +245,7 @@ def test_forcing_trainer_token_budget_resume_and_decode(tiny_dir, tmp_path):
     assert jac == build_decoder("ar", trained).generate(ids, gen).tokens
 
 
-def test_forcing_flags_are_checked(tiny_dir, tmp_path, capsys):
+def test_forcing_flags_are_checked(tiny_dir, tmp_path, capsys):  # noqa: F811
     base = [
         "train-cllm",
         "--model",
@@ -275,7 +264,7 @@ def test_forcing_flags_are_checked(tiny_dir, tmp_path, capsys):
     assert "--noise-window" in err and "--max-train-tokens" in err and "--objective" in err
 
 
-def test_side_by_side_curve_and_eval(tiny_dir, tmp_path):
+def test_side_by_side_curve_and_eval(tiny_dir, tmp_path):  # noqa: F811
     """The recipe's last two steps at tiny scale: both runs on one curve, and eval-jacobi's result contract."""
     traj = tmp_path / "traj.jsonl"
     jobs = [PromptJob(f"q{i}", [1, 2 + i, 3, 4], [5, 6]) for i in range(2)]

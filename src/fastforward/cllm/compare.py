@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastforward.cllm.evaluate import _accuracy, decode_all, perplexity
+from fastforward.cllm.evaluate import accuracy, decode_all, perplexity
 from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset, render_prompt
 from fastforward.decoders.registry import build_decoder
@@ -170,7 +170,7 @@ def compare(cfg: CompareConfig, log=None, command: list[str] | None = None) -> d
             "decoder_options": head.get("decoder_options"),
             "best_variant": best,
             "identical_to_own_ar_fp32": min(exact.values()) if exact else None,
-            "accuracy": _accuracy(texts, golds),
+            "accuracy": accuracy(texts, golds),
             "nll_by_base": mean_nll(base32.model, prompts, answers),
             "nll_on_base_answers": mean_nll(fp32.model, prompts, base_answers),
             "repetition_rate": sum(is_repetitive(a) for a in answers) / max(1, len(answers)),

@@ -138,9 +138,9 @@ def _model_report(
         "ar_tokens_per_s": ar_tps,
         "jacobi_tokens_per_s": jac_tps,
         "speedup_vs_ar": jac_tps / ar_tps if ar_tps else None,
-        "accuracy": _accuracy([text(o) for o in ar_out], golds),
+        "accuracy": accuracy([text(o) for o in ar_out], golds),
         "accuracy_prompts": len(prompts),
-        "jacobi_accuracy": _accuracy([text(o) for o in jac_out], golds),
+        "jacobi_accuracy": accuracy([text(o) for o in jac_out], golds),
         "repetition_rate": sum(is_repetitive(o) for o in ar_out) / max(1, len(prompts)),
         "mean_new_tokens": ar.new_tokens / max(1, len(prompts)),
         "perplexity_on_teacher_answers": math.exp(nll / count) if count else None,
@@ -166,7 +166,7 @@ def _quality(fp32, cfg: EvalConfig, log) -> dict[str, Any]:
     return out
 
 
-def _accuracy(texts: list[str], golds: list[str | None]) -> float | None:
+def accuracy(texts: list[str], golds: list[str | None]) -> float | None:
     pairs = [(t, g) for t, g in zip(texts, golds, strict=True) if g is not None]
     return sum(is_correct(t, g) for t, g in pairs) / len(pairs) if pairs else None
 

@@ -304,21 +304,18 @@ class JacobiDecoder(Decoder):
             cands = pool_continuations(reversed(pool), anchor, L - 1) if c.pool_size else ()
             flat, parents, branches = guess_tree(anchor, guess[: L - 1], cands, c.pool_size)
             if len(flat) == L:  # one chain: the model's own causal mask
-                out = self.model(
-                    input_ids=torch.tensor([flat], device=dev),
-                    position_ids=torch.arange(anchor_pos, anchor_pos + L, device=dev)[None],
-                    past_key_values=cache,
-                    use_cache=True,
-                )
+                mask, pos = None, torch.arange(anchor_pos, anchor_pos + L, device=dev)[None]
             else:
                 vis, depths = tree_visibility(parents), tree_depths(parents)
-                out = self.model(
-                    input_ids=torch.tensor([flat], device=dev),
-                    position_ids=torch.tensor([depths], device=dev) + anchor_pos,
-                    attention_mask=tree_mask(self.model, vis, depths, anchor_pos, dtype, dev),
-                    past_key_values=cache,
-                    use_cache=True,
-                )
+                mask = tree_mask(self.model, vis, depths, anchor_pos, dtype, dev)
+                pos = torch.tensor([depths], device=dev) + anchor_pos
+            out = self.model(
+                input_ids=torch.tensor([flat], device=dev),
+                position_ids=pos,
+                attention_mask=mask,
+                past_key_values=cache,
+                use_cache=True,
+            )
             nxt = out.logits[0].argmax(-1).tolist()  # [k]: the target's token after every node
             if sampling.greedy:
                 path = accept_tree(flat, parents, nxt)
