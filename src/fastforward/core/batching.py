@@ -1,0 +1,421 @@
+"""Batch > 1: many requests decoded together, each row exact, rows joining as others finish.
+
+The loop is the batch-1 loop of :mod:`fastforward.core.decoder` run over rows: *propose* (a
+:class:`Proposer` returns each row's guessed tokens as a tree under the row's anchor, its last committed
+token), *verify* (ONE target forward over every row's [anchor ; guesses], ragged rows padded and masked by
+:mod:`fastforward.core.ragged`), *accept* (per row, the one acceptance module :mod:`fastforward.core.acceptance`)
+and *commit* (per row, :meth:`fastforward.core.decoder.Run.commit`: the same EOS and ``max_new_tokens`` cut as
+batch 1). Each row commits its own number of tokens per step (ragged acceptance); the cache keeps every row's
+accepted entries contiguous (:func:`fastforward.core.ragged.compact`).
+
+Continuous batching (:class:`BatchDecoder`): requests wait in a FIFO; before every step, while a slot is free
+(``max_batch_size``) and the reserved KV positions stay within ``token_budget`` (prompt + max_new_tokens of
+every running row; 0 = no budget), the next request is prefilled alone (a batch-1 forward, so its first
+token is exactly batch-1 AR's) and its cache rows are appended. A finished row (EOS, length cap, cancelled)
+leaves at once; the others never restart.
+
+Statistics: every row has its own :class:`DecodeStats` (target forwards it took part in, tokens each
+committed, its prefill, its wall time from admission to its last token), and :class:`BatchStats` counts
+the batch: forwards, rows and nodes per forward, tokens, wall time (aggregate throughput).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from fastforward.core.acceptance import accept_tree, accept_tree_sampled
+from fastforward.core.cache import cache_length, new_cache
+from fastforward.core.decoder import (
+    GenerationConfig,
+    GenerationResult,
+    Run,
+    TokenCallback,
+    model_context_length,
+)
+from fastforward.core.ragged import Block, block_inputs, compact, join, select
+from fastforward.core.sampling import make_generator, select_token
+from fastforward.core.stats import DecodeStats
+from fastforward.errors import FastForwardError
+
+
+@dataclass
+class Draft:
+    """A row's guesses for one step: ``tokens`` with ``parents`` indexing into them, -1 = the row's anchor
+    (a chain is ``[-1, 0, 1, ...]``); ``probs`` [len(tokens), V] the distributions they were sampled from
+    (None: deterministic guesses, point masses to rejection sampling)."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    probs: torch.Tensor | None = None
+
+    @staticmethod
+    def chain(tokens: Sequence[int], probs: torch.Tensor | None = None) -> Draft:
+        return Draft([int(t) for t in tokens], list(range(-1, len(tokens) - 1)), probs)
+
+
+@dataclass
+class Request:
+    """One prompt to decode. Filled in by the decoder: ``result`` (or ``error``) and the times
+    (``time.perf_counter()``) it was submitted, admitted, got its first token and finished."""
+
+    prompt: list[int]
+    config: GenerationConfig
+    on_tokens: TokenCallback | None = None
+    tag: Any = None  # the caller's handle (a server job, a sample index)
+    result: GenerationResult | None = None
+    error: BaseException | None = None
+    submitted_at: float = 0.0
+    admitted_at: float = 0.0
+    first_token_at: float = 0.0
+    finished_at: float = 0.0
+    cancelled: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    @property
+    def latency_s(self) -> float:
+        """Submission to last token: queueing included, what a user waits."""
+        return self.finished_at - self.submitted_at
+
+
+@dataclass
+class Row:
+    """A running request: its committed state (``run``), how many target-cache slots hold its tokens
+    (``length``: prompt + committed tokens except the anchor) and the proposer's per-row ``state``."""
+
+    request: Request
+    run: Run
+    length: int
+    generator: torch.Generator | None
+    state: Any = None
+
+    @property
+    def anchor(self) -> int:
+        return self.run.tokens[-1]
+
+    @property
+    def sequence(self) -> list[int]:
+        return self.request.prompt + self.run.tokens
+
+    @property
+    def room(self) -> int:
+        """Tokens this row may still commit after the anchor."""
+        return self.run.config.max_new_tokens - len(self.run.tokens)
+
+
+class Proposer:
+    """A method's drafter over a batch. Rows keep their order; a proposer with batched state of its own
+    (a draft model's cache) follows :meth:`admit` (a row appended last) and :meth:`retain` (rows left)."""
+
+    name: str = "proposer"
+    hidden_states: bool = False  # the verify forward must return the target's last hidden states
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        """A new row, after its prefill (``prefill`` is the model output) and first committed token."""
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        """Every row's guesses for this step (an empty draft: the row takes an AR step)."""
+        raise NotImplementedError
+
+    def observe(
+        self,
+        rows: Sequence[Row],
+        drafts: Sequence[Draft],
+        paths: Sequence[list[int]],
+        out: Any,
+        argmax: list[list[int]],
+    ) -> None:
+        """After verification: ``paths[b]`` the accepted nodes of row b's block (0 = anchor, node i + 1 =
+        ``drafts[b].tokens[i]``), ``argmax[b]`` the target's argmax after every node, ``out`` the forward's
+        output. Called before finished rows leave."""
+
+    def retain(self, keep: Sequence[int]) -> None:
+        """Only rows ``keep`` (indices, ascending) stay in the batch."""
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        """Per-row counters for the row's stats when it finishes."""
+        return {}
+
+
+@dataclass
+class BatchStats:
+    """The batch as a whole: aggregate throughput is ``new_tokens / wall_time_s``."""
+
+    method: str
+    forwards: int = 0  # batched target forwards (verify steps; prefills are counted per row)
+    prefills: int = 0
+    row_steps: int = 0  # sum over forwards of the rows in it
+    nodes_fed: int = 0  # sum over forwards of rows x block width (padding included)
+    new_tokens: int = 0
+    requests: int = 0
+    wall_time_s: float = 0.0
+    max_rows: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def mean_rows(self) -> float:
+        return self.row_steps / self.forwards if self.forwards else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "forwards": self.forwards,
+            "prefills": self.prefills,
+            "mean_rows_per_forward": self.mean_rows,
+            "mean_width": self.nodes_fed / self.row_steps if self.row_steps else 0.0,
+            "new_tokens": self.new_tokens,
+            "requests": self.requests,
+            "wall_time_s": self.wall_time_s,
+            "aggregate_tok_s": self.tokens_per_s,
+            "max_rows": self.max_rows,
+        }
+
+
+class BatchDecoder:
+    """Continuous batching over one model and one method (its :class:`Proposer`).
+
+    Drive it with :meth:`submit` + :meth:`step` (a server's worker thread), or :meth:`generate_many`
+    (offline throughput). ``submit`` and :meth:`cancel` are thread-safe; ``step`` runs on one thread."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        proposer: Proposer,
+        max_batch_size: int = 8,
+        token_budget: int = 0,
+        lossless: bool = True,
+    ) -> None:
+        if max_batch_size < 1:
+            raise FastForwardError(f"batch size must be >= 1, got {max_batch_size}")
+        if token_budget < 0:
+            raise FastForwardError(f"token budget must be >= 0, got {token_budget}")
+        self.model, self.proposer = model, proposer
+        self.name, self.lossless = proposer.name, lossless
+        self.max_batch_size, self.token_budget = max_batch_size, token_budget
+        self.context_length = model_context_length(model)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        eos = getattr(cfg, "eos_token_id", None)
+        pad = getattr(cfg, "pad_token_id", None)
+        self.pad_id = int(pad if pad is not None else (eos[0] if isinstance(eos, list) else eos or 0))
+        self.rows: list[Row] = []
+        self.cache: DynamicCache | None = None
+        self.waiting: deque[Request] = deque()
+        self.lock = threading.Lock()
+        self.stats = BatchStats(method=proposer.name)
+
+    # ------------------------------------------------------------------ queue
+
+    def submit(self, request: Request) -> Request:
+        """Queue a request (checked now: a bad one is refused in one line, nothing else is affected)."""
+        request.config.validate()
+        if not request.prompt:
+            raise FastForwardError("the prompt is empty")
+        need = len(request.prompt) + request.config.max_new_tokens
+        if need > self.context_length:
+            raise FastForwardError(
+                f"prompt ({len(request.prompt)} tokens) + max_new_tokens ({request.config.max_new_tokens}) "
+                f"exceeds the model's context length ({self.context_length})"
+            )
+        if self.token_budget and need > self.token_budget:
+            raise FastForwardError(
+                f"prompt + max_new_tokens ({need}) exceeds the batch token budget ({self.token_budget})"
+            )
+        request.submitted_at = time.perf_counter()
+        with self.lock:
+            self.waiting.append(request)
+        return request
+
+    def cancel(self, request: Request) -> None:
+        """Stop a request: dropped from the queue, or its row leaves after the current step."""
+        request.cancelled = True
+
+    @property
+    def idle(self) -> bool:
+        with self.lock:
+            return not self.rows and not self.waiting
+
+    def _reserved(self) -> int:
+        return sum(len(r.request.prompt) + r.run.config.max_new_tokens for r in self.rows)
+
+    def _next_admissible(self) -> Request | None:
+        with self.lock:
+            while self.waiting and self.waiting[0].cancelled:
+                req = self.waiting.popleft()
+                req.error, req.finished_at = Cancelled(), time.perf_counter()
+            if not self.waiting or len(self.rows) >= self.max_batch_size:
+                return None
+            head = self.waiting[0]
+            need = len(head.prompt) + head.config.max_new_tokens
+            if self.token_budget and self.rows and self._reserved() + need > self.token_budget:
+                return None
+            return self.waiting.popleft()
+
+    # ------------------------------------------------------------------ the loop
+
+    def step(self) -> list[Request]:
+        """Admit what fits, run one batched verify forward, retire finished rows. Returns the requests that
+        finished (result or error) during this call."""
+        finished: list[Request] = []
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            while (req := self._next_admissible()) is not None:
+                self._admit(req, finished)
+            if self.rows:
+                self._verify_step(finished)
+        self.stats.wall_time_s += time.perf_counter() - t0
+        return finished
+
+    def generate_many(
+        self,
+        prompts: Sequence[Sequence[int]],
+        config: GenerationConfig,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[Request]:
+        """Decode every prompt (all queued at once, admitted as slots free); requests in input order."""
+        reqs = [self.submit(Request(list(map(int, p)), config, tag=i)) for i, p in enumerate(prompts)]
+        done = 0
+        while not self.idle:
+            done += len(self.step())
+            if progress:
+                progress(done, len(reqs))
+        for r in reqs:
+            if r.error is not None and not isinstance(r.error, Cancelled):
+                raise r.error
+        return reqs
+
+    def _admit(self, req: Request, finished: list[Request]) -> None:
+        req.admitted_at = time.perf_counter()
+        stats = DecodeStats(method=self.name, prompt_tokens=len(req.prompt))
+        run = Run(req.config, stats, self._emitter(req))
+        row = Row(req, run, len(req.prompt), make_generator(req.config.sampling, self.device))
+        cache = new_cache(self.model)
+        ids = torch.tensor([req.prompt], device=self.device)
+        t0 = time.perf_counter()
+        out = self.model(
+            input_ids=ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            output_hidden_states=self.proposer.hidden_states,
+        )
+        stats.prefill_time_s = time.perf_counter() - t0
+        self.stats.prefills += 1
+        self.stats.requests += 1
+        token = int(select_token(out.logits[0, -1], req.config.sampling, row.generator))
+        if not self._commit(row, [token]) or run.done:
+            self._finish(row, finished)
+            return
+        self.proposer.admit(row, out)
+        self.cache = join(self.cache, cache)
+        self.rows.append(row)
+        self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
+
+    def _verify_step(self, finished: list[Request]) -> None:
+        rows = self.rows
+        drafts = self.proposer.propose(rows)
+        blocks = [
+            Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
+            for r, d in zip(rows, drafts, strict=True)
+        ]
+        start = cache_length(self.cache)
+        lengths = [r.length for r in rows]
+        ids, pos, mask = block_inputs(
+            self.model, lengths, blocks, start, self.pad_id, self.dtype, self.device
+        )
+        out = self.model(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask=mask,
+            past_key_values=self.cache,
+            use_cache=True,
+            output_hidden_states=self.proposer.hidden_states,
+        )
+        self.stats.forwards += 1
+        self.stats.row_steps += len(rows)
+        self.stats.nodes_fed += len(rows) * ids.shape[1]
+        logits = out.logits  # [B, k, V]
+        argmax = logits.argmax(-1).tolist()
+        paths: list[list[int]] = []
+        alive: list[bool] = []
+        for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
+            m = len(blk.tokens)
+            sampling = row.run.config.sampling
+            if sampling.greedy:
+                path = accept_tree(blk.tokens, blk.parents, argmax[b][:m])
+                extra = argmax[b][path[-1]]
+            else:
+                probs = None
+                if d.probs is not None:  # root row first: the anchor was not drawn from the draft
+                    probs = torch.cat([d.probs[:1] * 0, d.probs.float()], dim=0)
+                path, extra = accept_tree_sampled(
+                    blk.tokens, blk.parents, logits[b, :m], sampling, row.generator, probs
+                )
+            paths.append(path)
+            ok = self._commit(row, [blk.tokens[i] for i in path[1:]] + [extra])
+            alive.append(ok and not row.run.done)
+        new_lengths = compact(self.cache, start, lengths, paths)
+        for row, n in zip(rows, new_lengths, strict=True):
+            row.length = n
+        self.proposer.observe(rows, drafts, paths, out, argmax)
+        if not all(alive):
+            keep = [i for i, a in enumerate(alive) if a]
+            for i, a in enumerate(alive):
+                if not a:
+                    self._finish(rows[i], finished)
+            self.rows = [rows[i] for i in keep]
+            self.proposer.retain(keep)
+            if self.rows:
+                select(self.cache, keep, [r.length for r in self.rows])
+            else:
+                self.cache = None
+
+    def _commit(self, row: Row, tokens: list[int]) -> bool:
+        """Commit through the row's Run; False when the request was cancelled (by flag or by its callback
+        raising), which ends the row."""
+        if row.request.cancelled:
+            row.request.error = Cancelled()
+            return False
+        try:
+            kept = row.run.commit(tokens)
+        except Exception as exc:  # the callback's way to stop a generation (a server's client left)
+            row.request.error = exc
+            return False
+        self.stats.new_tokens += len(kept)
+        if not row.request.first_token_at:
+            row.request.first_token_at = time.perf_counter()
+        return True
+
+    def _emitter(self, req: Request) -> TokenCallback:
+        cb = req.on_tokens
+        return cb if cb is not None else (lambda _t: None)
+
+    def _finish(self, row: Row, finished: list[Request]) -> None:
+        req = row.request
+        req.finished_at = time.perf_counter()
+        stats = row.run.stats
+        stats.new_tokens = len(row.run.tokens)
+        stats.wall_time_s = req.finished_at - req.admitted_at
+        stats.extras.update(self.proposer.row_extras(row))
+        stats.extras["queue_time_s"] = req.admitted_at - req.submitted_at
+        if req.error is None:
+            req.result = GenerationResult(tokens=row.run.tokens, stats=stats)
+        finished.append(req)
+
+
+class Cancelled(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """The request was cancelled before it finished."""

@@ -1,0 +1,154 @@
+"""Rows of different lengths in one KV cache: the layout every batched method shares.
+
+Layout (left-aligned, compacted). Row b's cached tokens sit in slots ``0 .. lengths[b] - 1`` of the batch
+cache; slots from ``lengths[b]`` up to the cache's length are stale for that row and every mask hides them. A
+forward appends its k new slots at the common end ``C`` (transformers' cache update concatenates), each row's
+tokens at its *own* positions (``lengths[b] + depth``), so a row's numerics do not depend on the others. After
+acceptance, :func:`compact` moves the entries a row keeps from ``C + node`` down to ``lengths[b] + i`` (one
+gather and one scatter per layer over the kept entries only) and crops the cache to the longest row.
+
+Why this and not the alternatives: left padding with a common end would need every row that accepted fewer
+tokens than the best one to be shifted (a copy of its whole row) or to keep growing holes; masking the
+rejected slots in place (no copy at all) grows the cache by k slots per step whatever was accepted, so
+attention and memory would scale with forwards instead of tokens. Compaction moves only accepted entries
+(a few per row per step), keeps the cache as short as the longest row plus one block, and makes joining and
+leaving plain row operations (:func:`join`, :func:`select`), which is what continuous batching needs.
+
+Masks are 4D additive ``[B, 1, k, C + k]`` built by :func:`fastforward.core.masks.model_mask` (windowed per
+layer type on sliding-window models), with explicit per-row ``position_ids``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from fastforward.core.cache import cache_length, full_layers, rollback, select_rows
+from fastforward.core.masks import Mask, model_mask, tree_depths, tree_visibility
+
+
+@dataclass(frozen=True)
+class Block:
+    """What one row feeds a forward: tokens with their tree parents (-1 for the root; a chain is
+    ``[-1, 0, 1, ...]``). Node 0 is normally the row's anchor (its last committed token)."""
+
+    tokens: list[int]
+    parents: list[int]
+
+    @staticmethod
+    def chain(tokens: Sequence[int]) -> Block:
+        return Block([int(t) for t in tokens], list(range(-1, len(tokens) - 1)))
+
+
+def chain_parents(k: int) -> list[int]:
+    return list(range(-1, k - 1))
+
+
+def block_inputs(
+    model: torch.nn.Module,
+    lengths: Sequence[int],
+    blocks: Sequence[Block],
+    cache_len: int,
+    pad_id: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor, Mask | None]:
+    """input_ids [B, k], position_ids [B, k] and the 4D mask for one ragged forward.
+
+    Row b sees its own first ``lengths[b]`` cached slots and, among the new ones, its tree's ancestors; pad
+    nodes (rows whose block is shorter than k) see the row's prefix and themselves, and nobody sees them.
+    Returns mask None when the model's own causal mask is exact (every row a chain of the same length
+    with no stale slots): then the model builds it, as in AR."""
+    b, k = len(blocks), max(len(blk.tokens) for blk in blocks)
+    chains = all(blk.parents == chain_parents(len(blk.tokens)) for blk in blocks)
+    if chains and all(n == cache_len for n in lengths) and all(len(blk.tokens) == k for blk in blocks):
+        ids = torch.tensor([blk.tokens for blk in blocks], dtype=torch.long)
+        pos = torch.arange(cache_len, cache_len + k)[None].expand(b, k)
+        return ids.to(device), pos.to(device), None
+    ids = torch.full((b, k), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, k), dtype=torch.long)
+    allowed = torch.zeros((b, k, cache_len + k), dtype=torch.bool)
+    eye = torch.eye(k, dtype=torch.bool)
+    for r, (n, blk) in enumerate(zip(lengths, blocks, strict=True)):
+        m = len(blk.tokens)
+        ids[r, :m] = torch.tensor(blk.tokens, dtype=torch.long)
+        if blk.parents == chain_parents(m):
+            depths, vis = list(range(m)), torch.ones(m, m, dtype=torch.bool).tril()
+        else:
+            depths, vis = tree_depths(blk.parents), tree_visibility(blk.parents)
+        pos[r, :m] = torch.tensor(depths, dtype=torch.long) + n
+        pos[r, m:] = n
+        allowed[r, :, :n] = True
+        allowed[r, :, cache_len:] = eye
+        allowed[r, :m, cache_len : cache_len + m] = vis
+    kv_pos = torch.cat([torch.arange(cache_len)[None].expand(b, cache_len), pos], dim=1)
+    mask = model_mask(model, allowed, pos, kv_pos, dtype)
+    if isinstance(mask, dict):
+        return ids.to(device), pos.to(device), {key: v.to(device) for key, v in mask.items()}
+    return ids.to(device), pos.to(device), mask.to(device)
+
+
+def compact(
+    cache: DynamicCache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]
+) -> list[int]:
+    """After a forward that appended every row's block at slot ``start``, keep for row b the block nodes
+    ``keeps[b]`` (ascending), moved to slots ``lengths[b], lengths[b] + 1, ...``; crop to the longest row.
+
+    Returns the new lengths. Only entries that are not already in place move (sources are never before
+    their destinations, and the gather happens before the scatter, so overlaps are safe)."""
+    rows: list[int] = []
+    dst: list[int] = []
+    src: list[int] = []
+    new_lengths = []
+    for r, (n, keep) in enumerate(zip(lengths, keeps, strict=True)):
+        for i, node in enumerate(keep):
+            if n + i != start + node:
+                rows.append(r)
+                dst.append(n + i)
+                src.append(start + node)
+        new_lengths.append(n + len(keep))
+    if rows:
+        layers = full_layers(cache)
+        dev = layers[0].keys.device
+        r_t = torch.tensor(rows, dtype=torch.long, device=dev)
+        d_t = torch.tensor(dst, dtype=torch.long, device=dev)
+        s_t = torch.tensor(src, dtype=torch.long, device=dev)
+        for layer in layers:
+            for attr in ("keys", "values"):
+                t = getattr(layer, attr)
+                t[r_t, :, d_t] = t[r_t, :, s_t]
+    rollback(cache, max(new_lengths, default=0))
+    return new_lengths
+
+
+def right_pad(cache: DynamicCache, length: int) -> None:
+    """Grow every layer to ``length`` slots with zeros at the end (stale slots no mask lets a row see)."""
+    grow = length - cache_length(cache)
+    if grow <= 0:
+        return
+    for layer in full_layers(cache):
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr)
+            setattr(layer, attr, torch.cat([t, t.new_zeros(t.shape[0], t.shape[1], grow, t.shape[3])], dim=2))
+
+
+def join(cache: DynamicCache | None, other: DynamicCache) -> DynamicCache:
+    """Rows of ``other`` appended after those of ``cache`` (None: ``other`` becomes the batch)."""
+    if cache is None or not cache.layers or cache_length(cache) == 0 and cache.layers[0].keys.numel() == 0:
+        return other
+    length = max(cache_length(cache), cache_length(other))
+    right_pad(cache, length)
+    right_pad(other, length)
+    for a, b in zip(full_layers(cache), full_layers(other), strict=True):
+        a.keys = torch.cat([a.keys, b.keys], dim=0)
+        a.values = torch.cat([a.values, b.values], dim=0)
+    return cache
+
+
+def select(cache: DynamicCache, rows: Sequence[int], lengths: Sequence[int]) -> None:
+    """Keep only batch rows ``rows`` (in that order; ``lengths`` are theirs) and crop to the longest."""
+    select_rows(cache, rows)
+    rollback(cache, max(lengths, default=0))

@@ -1,0 +1,281 @@
+"""Every lossless method's drafter over a batch: the proposers that :class:`fastforward.core.batching.BatchDecoder`
+runs inside its one loop.
+
+A batched method is built from the batch-1 decoder the registry builds (:func:`batched`), so the options,
+their checks and their defaults are the method's own; what this module adds is only how each drafter keeps
+per-row state:
+
+| method | proposer | per-row state |
+|---|---|---|
+| ar | :class:`ARProposer` | none (an empty draft: one token per row per forward) |
+| pld | :class:`LookupProposer` | an n-gram index of prompt + output |
+| jacobi | :class:`JacobiProposer` | the block's current iterate (base or CLLM / Jacobi-Forcing-trained model) |
+| sd, layerskip, qsd | :class:`DraftModelProposer` | a row of the draft model's own ragged cache |
+| chimera | :class:`ChimeraProposer` | the draft's per-row state (context block KV, trigram LRU shared) |
+
+Not batched (a one-line error names the batch-1 path instead): lookahead (its window and n-gram pool are one
+request's 2D state; a per-row pool is possible but not built yet), sd-cross (re-tokenizes text per row),
+the adaptive / cost-driven draft lengths, ``lookup_first``, a reduced-vocabulary draft head, Jacobi's
+rejection recycling and multi-block decoding, and the lossy acceptance rules (typical, consultant).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from fastforward.core.batching import BatchDecoder, Draft, Proposer, Row
+from fastforward.core.cache import cache_length, new_cache
+from fastforward.core.decoder import Decoder
+from fastforward.core.ragged import Block, block_inputs, compact, join, select
+from fastforward.core.sampling import processed_probs, sample_from
+from fastforward.errors import FastForwardError
+
+BATCHED_METHODS = ("ar", "pld", "jacobi", "sd", "layerskip", "qsd", "chimera")
+
+
+class ARProposer(Proposer):
+    name = "ar"
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        return [Draft() for _ in rows]
+
+
+class LookupProposer(Proposer):
+    """Prompt lookup per row: the continuation of the row's longest recurring suffix n-gram."""
+
+    name = "pld"
+
+    def __init__(self, gamma: int, ngram_max: int, ngram_min: int) -> None:
+        from fastforward.decoders.speculative.drafters import NGramIndex
+
+        self.gamma, self._index = gamma, lambda: NGramIndex(ngram_max, ngram_min)
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        row.state = self._index()
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        drafts = []
+        for row in rows:
+            row.state.extend(row.sequence)
+            drafts.append(Draft.chain(row.state.continuation(min(self.gamma, row.room - 1))))
+        return drafts
+
+
+class JacobiProposer(Proposer):
+    """Plain Jacobi decoding per row (the batch-1 loop without recycling or multi-block): a block of n
+    positions starts from ``init``; each forward feeds [anchor, guess_1 .. guess_{L-1}] and the target's
+    outputs after the accepted prefix are the next guess, until the block is committed."""
+
+    name = "jacobi"
+
+    def __init__(self, block_size: int, init: str, seed: int, pad_id: int) -> None:
+        self.block_size, self.init, self.seed, self.pad_id = block_size, init, seed, pad_id
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        row.state = {"guess": [], "rng": random.Random(self.seed), "blocks": 0}
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        from fastforward.decoders.jacobi import initial_guess
+
+        drafts = []
+        for row in rows:
+            st = row.state
+            if not st["guess"]:
+                n = min(self.block_size, row.room)
+                st["guess"] = initial_guess(self.init, n, row.sequence, st["rng"], self.pad_id)
+                st["blocks"] += 1
+            drafts.append(Draft.chain(st["guess"][:-1]))
+        return drafts
+
+    def observe(self, rows, drafts, paths, out, argmax) -> None:
+        for b, (row, d, path) in enumerate(zip(rows, drafts, paths, strict=True)):
+            outputs = argmax[b][: len(d.tokens) + 1]  # the new iterate: the target's token after every node
+            row.state["guess"] = outputs[len(path) :]
+
+
+class DraftModelProposer(Proposer):
+    """A draft model decoding every row in lockstep, its own KV cache in the same ragged layout as the
+    target's (:mod:`fastforward.core.ragged`): ``gamma`` batched draft forwards per step, the first feeding
+    each row the committed tokens its cache lacks (the anchor, and the last accepted draft token after a
+    full acceptance). After verification a row's draft cache stays valid up to its accepted drafts; the
+    rest is stale and masked, overwritten by the next step."""
+
+    name = "sd"
+
+    def __init__(self, draft: torch.nn.Module, gamma: int, name: str = "sd") -> None:
+        self.draft, self.gamma, self.name = draft, gamma, name
+        self.device = next(draft.parameters()).device
+        self.dtype = next(draft.parameters()).dtype
+        self.cache: DynamicCache | None = None
+        self.lengths: list[int] = []  # draft-cache slots holding each row's committed tokens
+        self.fed: list[int] = []  # sequence length each row had when its last proposal was drafted
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        cache = new_cache(self.draft)
+        self.draft(
+            input_ids=torch.tensor([row.request.prompt], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.cache = join(self.cache, cache)
+        self.lengths.append(len(row.request.prompt))
+        self.fed.append(0)
+        row.state = {"proposed": 0, "accepted": 0}
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        budgets = [min(self.gamma, row.room - 1) for row in rows]
+        steps = max(budgets, default=0)
+        if steps <= 0:
+            return [Draft() for _ in rows]
+        seqs = [row.sequence for row in rows]
+        feeds = [s[n:] for s, n in zip(seqs, self.lengths, strict=True)]
+        sampled = not all(row.run.config.sampling.greedy for row in rows)
+        tokens: list[list[int]] = [[] for _ in rows]
+        probs: list[list[torch.Tensor]] = [[] for _ in rows]
+        for _ in range(steps):
+            start = cache_length(self.cache)
+            blocks = [Block.chain(f) for f in feeds]
+            ids, pos, mask = block_inputs(self.draft, self.lengths, blocks, start, 0, self.dtype, self.device)
+            logits = self.draft(
+                input_ids=ids,
+                position_ids=pos,
+                attention_mask=mask,
+                past_key_values=self.cache,
+                use_cache=True,
+            ).logits
+            last = logits[torch.arange(len(rows)), torch.tensor([len(f) - 1 for f in feeds])]  # [B, V]
+            self.lengths = compact(self.cache, start, self.lengths, [list(range(len(f))) for f in feeds])
+            if sampled:
+                picks = []
+                for b, row in enumerate(rows):
+                    cfg = row.run.config.sampling
+                    if cfg.greedy:
+                        picks.append(int(last[b].argmax()))
+                        continue
+                    q = processed_probs(last[b], cfg)
+                    picks.append(int(sample_from(q, row.generator)))
+                    probs[b].append(q)
+            else:
+                picks = last.argmax(-1).tolist()
+            for b in range(len(rows)):
+                tokens[b].append(int(picks[b]))
+            feeds = [[t] for t in picks]
+        for b, s in enumerate(seqs):
+            self.fed[b] = len(s)
+        drafts = []
+        for b, row in enumerate(rows):
+            toks = tokens[b][: max(budgets[b], 0)]
+            eos = row.run.config.eos_token_ids
+            cut = next((i + 1 for i, t in enumerate(toks) if t in eos), len(toks))
+            toks = toks[:cut]
+            p = torch.stack(probs[b][: len(toks)]) if probs[b] and toks else None
+            drafts.append(Draft.chain(toks, p))
+            row.state["proposed"] += len(toks)
+        return drafts
+
+    def observe(self, rows, drafts, paths, out, argmax) -> None:
+        for b, (row, path) in enumerate(zip(rows, paths, strict=True)):
+            accepted = len(path) - 1
+            row.state["accepted"] += accepted
+            if self.fed[b]:  # valid: the sequence drafted from, then the accepted drafts the draft fed
+                self.lengths[b] = min(self.lengths[b], self.fed[b] + accepted)
+                self.fed[b] = 0
+
+    def retain(self, keep: Sequence[int]) -> None:
+        self.lengths = [self.lengths[i] for i in keep]
+        self.fed = [self.fed[i] for i in keep]
+        if keep:
+            select(self.cache, keep, self.lengths)
+        else:
+            self.cache = None
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        st = row.state or {}
+        return {"spec_proposed": st.get("proposed", 0), "spec_accepted": st.get("accepted", 0)}
+
+
+class ChimeraProposer(Proposer):
+    """Chimera's trained draft per row: the heads' top-k candidates in the static tree; after the verify
+    forward the row's draft state observes the target's hidden states of the accepted nodes."""
+
+    name = "chimera"
+    hidden_states = True
+
+    def __init__(self, draft: Any, tree: Any, trigram_cache: Any) -> None:
+        self.draft, self.tree, self.trigram_cache = draft, tree, trigram_cache
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        row.state = self.draft.new_state(self.trigram_cache)
+        row.state.observe(row.request.prompt + row.run.tokens[:1], prefill.hidden_states[-1][0])
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        from fastforward.chimera.tree import tree_tokens
+
+        drafts = []
+        for row in rows:
+            top_ids, _ = row.state.propose(self.tree.top_k)
+            nodes = tree_tokens(self.tree, row.anchor, top_ids)
+            drafts.append(Draft(nodes[1:], [p - 1 for p in self.tree.parents[1:]]))
+        return drafts
+
+    def observe(self, rows, drafts, paths, out, argmax) -> None:
+        hidden = out.hidden_states[-1]  # [B, k, d]
+        for b, (row, path) in enumerate(zip(rows, paths, strict=True)):
+            if row.run.done or row.request.error is not None:
+                continue
+            # this step committed the accepted nodes and the target's token after them, all kept
+            row.state.observe(row.run.tokens[-len(path) :], hidden[b, path])
+
+
+def batched(decoder: Decoder, max_batch_size: int = 8, token_budget: int = 0) -> BatchDecoder:
+    """The batched form of a configured batch-1 decoder (same options), or a one-line error saying why this
+    configuration has none."""
+    return BatchDecoder(decoder.model, proposer_for(decoder), max_batch_size, token_budget, decoder.lossless)
+
+
+def proposer_for(decoder: Decoder) -> Proposer:
+    from fastforward.decoders.ar import ARDecoder
+
+    name = decoder.name
+    if isinstance(decoder, ARDecoder):
+        return ARProposer()
+    if name == "jacobi":
+        c = decoder.config
+        if c.pool_size or c.max_blocks > 1:
+            raise FastForwardError(
+                "batched jacobi runs plain Jacobi decoding: drop pool_size / max_blocks (batch 1 has them)"
+            )
+        return JacobiProposer(c.block_size, c.init, c.seed, decoder.pad_id)
+    if name == "chimera":
+        if decoder.options.accept not in ("exact", "greedy"):
+            raise FastForwardError("batched chimera verifies exactly: drop accept=typical/consultant")
+        return ChimeraProposer(decoder.draft, decoder.tree, decoder.trigram_cache)
+    if name in ("pld", "sd", "layerskip", "qsd"):
+        return _speculative(decoder)
+    raise FastForwardError(
+        f"method '{name}' has no batched path (batched: {', '.join(BATCHED_METHODS)}); run it with batch size 1"
+    )
+
+
+def _speculative(decoder: Any) -> Proposer:
+    from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
+    from fastforward.decoders.speculative.verifiers import ExactVerifier
+
+    spec, drafter = decoder.spec, decoder.drafter
+    if spec.adaptive or spec.gamma_auto:
+        raise FastForwardError(f"batched {decoder.name} uses a fixed gamma: drop adaptive / gamma_auto")
+    if not isinstance(decoder.verifier, ExactVerifier):
+        raise FastForwardError(f"batched {decoder.name} verifies exactly only")
+    if isinstance(drafter, PromptLookupDrafter):
+        return LookupProposer(spec.gamma, drafter.ngram_max, drafter.ngram_min)
+    if isinstance(drafter, ModelDrafter) and drafter.head is None and drafter.stop_below <= 0:
+        return DraftModelProposer(drafter.model, spec.gamma, decoder.name)
+    raise FastForwardError(
+        f"batched {decoder.name} drafts with a plain draft model: drop vocab / draft_stop / lookup_first"
+    )

@@ -1,0 +1,272 @@
+"""Batch > 1: every batched method's rows equal their prompt's unbatched greedy AR in fp32, whatever the
+batch around them (prompts of different lengths, rows hitting EOS mid-block, rows joining mid-run,
+cancelled neighbours); the ragged cache surgery and masks on their own; the scheduler's limits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastforward.chimera.train import new_draft
+from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request
+from fastforward.core.cache import new_cache
+from fastforward.core.decoder import GenerationConfig, SamplingConfig
+from fastforward.core.ragged import Block, block_inputs, compact, join
+from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.batched import ARProposer, batched
+from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
+from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
+from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
+from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
+from fastforward.decoders.speculative.verifiers import ExactVerifier
+from fastforward.errors import FastForwardError
+
+from .conftest import greedy_config, make_tiny
+from .test_chimera_decode import OracleDraft
+
+# prompts of different lengths; a repeated pattern so that prompt lookup finds matches
+PROMPTS = [
+    [5, 6, 7, 8, 5, 6, 7, 8, 5, 6],
+    [11, 12, 13],
+    list(range(20, 45)),
+    [7],
+    [3, 4, 3, 4, 3, 4, 3],
+    list(range(100, 117)),
+]
+
+
+def _reference(model, prompts, cfg):
+    ar = ARDecoder(model)
+    return [ar.generate(p, cfg).tokens for p in prompts]
+
+
+def _run(decoder, prompts, cfg, batch_size=4, **kw):
+    bd = batched(decoder, max_batch_size=batch_size, **kw)
+    reqs = bd.generate_many(prompts, cfg)
+    return [r.result.tokens for r in reqs], reqs, bd
+
+
+def _decoders(tiny):
+    m = tiny.model
+    return {
+        "ar": ARDecoder(m),
+        "pld": SpeculativeDecoder(m, PromptLookupDrafter(3, 1), ExactVerifier(), SpecConfig(gamma=4), "pld"),
+        "jacobi": JacobiDecoder(m, JacobiConfig(block_size=5)),
+        # the target drafting for itself: every draft accepted, so blocks run into EOS and the cap mid-block
+        "sd-self": SpeculativeDecoder(m, ModelDrafter(m), ExactVerifier(), SpecConfig(gamma=4), "sd"),
+        # another random model: (almost) nothing accepted
+        "sd-other": SpeculativeDecoder(
+            m, ModelDrafter(make_tiny(seed=3).model), ExactVerifier(), SpecConfig(gamma=3), "sd"
+        ),
+        "chimera": ChimeraDecoder(m, new_draft(m), ChimeraOptions()),
+    }
+
+
+@pytest.mark.parametrize("method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera"])
+def test_every_row_equals_unbatched_greedy_ar_on_tiny(method):
+    """Six prompts through four slots: rows of different lengths, later rows join as earlier ones finish,
+    an EOS that occurs mid-generation (mid-block for the multi-token methods) ends only its own row."""
+    tiny = make_tiny()
+    full = _reference(tiny.model, PROMPTS, greedy_config(24))
+    eos = (full[0][9], full[2][5])  # tokens that do occur, early in two rows
+    cfg = greedy_config(24, eos)
+    ref = _reference(tiny.model, PROMPTS, cfg)
+    assert any(len(r) < 24 for r in ref) and any(len(r) == 24 for r in ref)
+    got, reqs, bd = _run(_decoders(tiny)[method], PROMPTS, cfg)
+    assert got == ref
+    assert bd.stats.max_rows == 4 and bd.stats.requests == len(PROMPTS)
+    for r in reqs:  # per-row stats: one record per row, prefill counted, tokens add up
+        s = r.result.stats
+        assert s.new_tokens == len(r.result.tokens) == sum(s.accepted_per_step)
+        assert s.target_forwards == len(s.accepted_per_step) >= 1
+    assert bd.stats.new_tokens == sum(len(t) for t in got)
+    if method == "sd-self":  # ragged: rows commit several tokens per forward
+        assert max(max(r.result.stats.accepted_per_step) for r in reqs) == 5
+
+
+def test_ragged_acceptance_with_oracle_trees_is_exact():
+    """Chimera with oracle drafts whose right path leaves the top-1 chain at different depths per row:
+    every step keeps a different, non-prefix set of nodes per row (cache compaction moves entries)."""
+    tiny = make_tiny()
+    n = 20
+    prompts = PROMPTS[:4]
+    cfg = greedy_config(n)
+    ref = _reference(tiny.model, prompts, cfg)
+    ranks = [[0, 0, 0, 0], [1, 5, 5, 5], [0, 0, 1, 0], [5, 5, 5, 5]]
+
+    class Oracles:  # one oracle per row, chosen by the row's prompt
+        cfg = OracleDraft([], [0, 0, 0, 0], 512).cfg
+
+        def new_state(self, cache):
+            return _Switch()
+
+    class _Switch:
+        def __init__(self):
+            self.inner = None
+
+        def observe(self, tokens, hidden):
+            if self.inner is None:
+                i = next(
+                    j for j, p in enumerate(prompts) if tokens[: len(p)] == p and len(tokens) == len(p) + 1
+                )
+                self.inner = OracleDraft(prompts[i] + ref[i], ranks[i], 512).new_state(1)
+            self.inner.observe(tokens, hidden)
+
+        def propose(self, top_k):
+            return self.inner.propose(top_k)
+
+    dec = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions())
+    dec.draft = Oracles()
+    got, reqs, _ = _run(dec, prompts, cfg)
+    assert got == ref
+    per = [max(r.result.stats.accepted_per_step[1:-1] or [1]) for r in reqs]
+    assert per[0] == 5 and per[1] == 2 and per[3] == 1  # each row its own acceptance
+
+
+def test_real_model_rows_equal_greedy_ar(smollm2, real_prompts):
+    """SmolLM2 fp32 on 12 real prompts (GSM8K, MT-bench, HumanEval), batch 4 with joins, every method."""
+    prompts = real_prompts[::2]
+    cfg = greedy_config(24, smollm2.eos_token_ids)
+    ref = _reference(smollm2.model, prompts, cfg)
+    for name in ("ar", "pld", "jacobi", "layerskip"):
+        got, reqs, bd = _run(build_decoder(name, smollm2), prompts, cfg, batch_size=4)
+        assert got == ref, name
+    dec = ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions())
+    got, _, _ = _run(dec, prompts[:6], cfg, batch_size=3)
+    assert got == ref[:6]
+
+
+def test_a_request_submitted_mid_run_joins_without_restarting_the_others():
+    tiny = make_tiny()
+    cfg = greedy_config(16)
+    ref = _reference(tiny.model, PROMPTS[:3], cfg)
+    bd = batched(ARDecoder(tiny.model), max_batch_size=4)
+    first = [bd.submit(Request(p, cfg)) for p in PROMPTS[:2]]
+    for _ in range(5):
+        bd.step()
+    assert [len(r.run.tokens) for r in bd.rows] == [6, 6]  # the prefill's token + one per step
+    late = bd.submit(Request(PROMPTS[2], cfg))
+    bd.step()
+    # the others went on; the joiner's prefill token and its first batched step
+    assert [len(r.run.tokens) for r in bd.rows] == [7, 7, 2]
+    while not bd.idle:
+        bd.step()
+    assert [r.result.tokens for r in (*first, late)] == ref
+    assert bd.stats.forwards == 5 + 15  # the late row joined after 5 steps and needed 15 of its own
+
+
+def test_cancelled_and_failing_rows_leave_alone():
+    tiny = make_tiny()
+    cfg = greedy_config(12)
+    ref = _reference(tiny.model, PROMPTS[:3], cfg)
+    bd = batched(ARDecoder(tiny.model), max_batch_size=3)
+
+    def boom(tokens):
+        if len(tokens) and boom.calls > 2:
+            raise RuntimeError("client went away")
+        boom.calls += 1
+
+    boom.calls = 0
+    a = bd.submit(Request(PROMPTS[0], cfg))
+    b = bd.submit(Request(PROMPTS[1], cfg, on_tokens=boom))
+    c = bd.submit(Request(PROMPTS[2], cfg))
+    queued = bd.submit(Request(PROMPTS[3], cfg))
+    bd.cancel(queued)
+    bd.step()
+    bd.cancel(c)
+    while not bd.idle:
+        bd.step()
+    assert a.result.tokens == ref[0]
+    assert isinstance(b.error, RuntimeError) and b.result is None
+    assert c.result is None and c.error is not None
+    assert queued.result is None and queued.admitted_at == 0.0
+
+
+def test_token_budget_and_batch_size_limit_the_running_rows():
+    tiny = make_tiny()
+    cfg = greedy_config(10)
+    ref = _reference(tiny.model, PROMPTS, cfg)
+    need = max(len(p) for p in PROMPTS) + 10
+    bd = BatchDecoder(tiny.model, ARProposer(), max_batch_size=6, token_budget=2 * need)
+    reqs = bd.generate_many(PROMPTS, cfg)
+    assert [r.result.tokens for r in reqs] == ref
+    assert 2 <= bd.stats.max_rows <= 4  # the budget, not the batch size, bounded the batch
+    with pytest.raises(FastForwardError, match="token budget"):
+        bd.submit(Request(list(range(2 * need)), cfg))
+    with pytest.raises(FastForwardError, match="empty"):
+        bd.submit(Request([], cfg))
+    with pytest.raises(FastForwardError, match="context length"):
+        BatchDecoder(tiny.model, ARProposer()).submit(Request([1] * 510, cfg))
+    with pytest.raises(FastForwardError, match="batch size"):
+        BatchDecoder(tiny.model, ARProposer(), max_batch_size=0)
+
+
+def test_methods_without_a_batched_path_say_so():
+    tiny = make_tiny()
+    with pytest.raises(FastForwardError, match="no batched path"):
+        batched(build_decoder("lookahead", tiny))
+    with pytest.raises(FastForwardError, match="pool_size"):
+        batched(JacobiDecoder(tiny.model, JacobiConfig(pool_size=2)))
+    with pytest.raises(FastForwardError, match="fixed gamma"):
+        batched(build_decoder("pld", tiny, None, {"adaptive": True}))
+
+
+def test_sampling_rows_stay_within_limits_and_are_seeded():
+    tiny = make_tiny()
+    sd = _decoders(tiny)["sd-other"]
+    cfg = GenerationConfig(12, (), SamplingConfig(temperature=0.9, seed=7))
+    a, _, _ = _run(sd, PROMPTS, cfg)
+    b, _, _ = _run(sd, PROMPTS, cfg)
+    assert a == b and all(len(t) == 12 for t in a)
+    # AR sampling draws one token per step from the row's own generator, as batch 1 does
+    ar, _, _ = _run(ARDecoder(tiny.model), PROMPTS[:2], cfg, batch_size=2)
+    assert ar == [ARDecoder(tiny.model).generate(p, cfg).tokens for p in PROMPTS[:2]]
+
+
+class _Fixed(Proposer):
+    """Proposes given chains (tests the loop alone)."""
+
+    def __init__(self, chains):
+        self.chains = chains
+
+    def propose(self, rows):
+        return [Draft.chain(self.chains[i]) for i in range(len(rows))]
+
+
+def test_padding_never_leaks_between_rows():
+    """A row's tokens do not depend on what its neighbours feed: a neighbour with a long junk draft (wide,
+    padded forwards) and one without, against the row alone."""
+    tiny = make_tiny()
+    cfg = greedy_config(8)
+    alone = BatchDecoder(tiny.model, _Fixed([[]])).generate_many(PROMPTS[2:3], cfg)[0].result.tokens
+    mixed = BatchDecoder(tiny.model, _Fixed([[], [1, 2, 3, 4, 5, 6], []]), max_batch_size=3)
+    out = mixed.generate_many([PROMPTS[2], PROMPTS[0], PROMPTS[1]], cfg)
+    assert out[0].result.tokens == alone == _reference(tiny.model, PROMPTS[2:3], cfg)[0]
+    assert [r.result.tokens for r in out[1:]] == _reference(tiny.model, [PROMPTS[0], PROMPTS[1]], cfg)
+
+
+def test_compact_moves_kept_entries_and_crops():
+    tiny = make_tiny()
+    m = tiny.model
+    caches = []
+    for p in ([1, 2, 3], [4, 5, 6, 7, 8]):
+        c = new_cache(m)
+        m(input_ids=torch.tensor([p]), past_key_values=c, use_cache=True)
+        caches.append(c)
+    cache = join(None, caches[0])
+    cache = join(cache, caches[1])
+    assert cache.get_seq_length() == 5
+    blocks = [Block([9, 10, 11], [-1, 0, 0]), Block.chain([12, 13])]
+    ids, pos, mask = block_inputs(m, [3, 5], blocks, 5, 0, torch.float32, "cpu")
+    assert pos.tolist() == [[3, 4, 4], [5, 6, 5]]
+    allowed = mask[:, 0] == 0
+    assert allowed[0, 0].tolist() == [1, 1, 1, 0, 0, 1, 0, 0]  # row 0 never sees its stale slots 3, 4
+    assert allowed[0, 2].tolist() == [1, 1, 1, 0, 0, 1, 0, 1]  # node 2's parent is the root, not node 1
+    assert allowed[1, 2].tolist() == [1, 1, 1, 1, 1, 0, 0, 1]  # a pad node sees the prefix and itself
+    m(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
+    layer = cache.layers[0]
+    want0 = layer.keys[0, :, 5 + 2].clone()
+    lengths = compact(cache, 5, [3, 5], [[0, 2], [0, 1]])
+    assert lengths == [5, 7] and cache.get_seq_length() == 7
+    assert torch.equal(layer.keys[0, :, 4], want0)  # row 0's kept node 2 now sits right after its root
