@@ -270,3 +270,20 @@ def test_compact_moves_kept_entries_and_crops():
     lengths = compact(cache, 5, [3, 5], [[0, 2], [0, 1]])
     assert lengths == [5, 7] and cache.get_seq_length() == 7
     assert torch.equal(layer.keys[0, :, 4], want0)  # row 0's kept node 2 now sits right after its root
+
+
+def test_throughput_bench_reports_every_method_against_batched_ar_and_generate():
+    from fastforward.bench.batch import HF, percentile, run_batch_bench
+
+    tiny = make_tiny()
+    decs = _decoders(tiny)
+    decoders = {"ar": decs["ar"], "pld": decs["pld"], "jacobi": decs["jacobi"], HF: None}
+    res = run_batch_bench(tiny, decoders, PROMPTS, greedy_config(12, (511,)), batch_size=4)
+    assert list(res) == ["ar", "pld", "jacobi", HF]
+    assert res["ar"]["speedup_vs_batched_ar"] == 1.0 and res["ar"]["tokens_per_forward"] == 1.0
+    for r in res.values():
+        assert r["identical_to_batched_ar"] == 1.0  # generate()'s left-padded batches included
+        assert r["new_tokens"] == sum(len(t) for t in r["tokens"]) > 0
+        assert r["latency_p50_s"] <= r["latency_p90_s"]
+    assert res["pld"]["batch"]["max_rows"] == 4 and 0 <= res["pld"]["batch"]["padding_share"] < 1
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0 and percentile([], 0.9) == 0.0

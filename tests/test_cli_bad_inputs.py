@@ -38,6 +38,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("dtype-unknown", ["generate", "--dtype", "int8", HI], "invalid choice: 'int8'"),
     ("path-unknown", ["generate", "--path", "foo", HI], "invalid choice: 'foo'"),
     ("methods-empty", ["bench", "--methods", ","], "--methods is empty"),
+    ("batch-size-negative", ["bench", "--batch-size", "-1"], "--batch-size must be >= 1"),
+    ("token-budget-alone", ["bench", "--token-budget", "100"], "--token-budget needs --batch-size"),
+    (
+        "batch-resume",
+        ["bench", "--batch-size", "2", "--resume", "--out", "b.json"],
+        "--resume is for the latency",
+    ),
     ("methods-unknown", ["bench", "--methods", "ar,warp-drive"], "unknown method 'warp-drive'"),
     ("methods-twice", ["bench", "--methods", "ar,pld,pld"], "lists a method twice"),
     ("method-unknown", ["generate", "--method", "warp", HI], "invalid choice: 'warp'"),

@@ -5,7 +5,12 @@ Covers: chat (streamed and not) and completions; a lossless method through the s
 offline greedy AR; emoji/CJK streamed == non-streamed; stop strings across chunk boundaries; every bad input
 with its status and OpenAI's JSON error shape; API keys; a client that disconnects cancels its generation;
 a full queue answers 429 with Retry-After. Replies are kept short (a few tokens) so the file stays quick;
-no assertion depends on timing (waits are bounded polls for an event)."""
+no assertion depends on timing (waits are bounded polls for an event).
+
+Continuous batching (``max_batch_size`` > 1) runs on tiny random-init models: concurrent requests share
+batched forwards and each gets its batch-1 tokens; a disconnected row leaves alone; a job of another method
+waits for the running batch and keeps its place in line; the token budget. Requests are lined up behind a
+job whose token callback holds the worker (:class:`Gate`), so which rows share a forward is deterministic."""
 
 from __future__ import annotations
 
@@ -20,13 +25,16 @@ import httpx
 import openai
 import pytest
 
-from fastforward.core.decoder import GenerationConfig
+from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.detok import REPLACEMENT, TextStream
 from fastforward.data import render_prompt
 from fastforward.decoders.registry import build_decoder
+from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
 from fastforward.serve.app import BackgroundServer, create_app
-from fastforward.serve.engine import Engine
+from fastforward.serve.engine import Done, Engine, Failed, Job, Tokens
+
+from .conftest import make_tiny
 
 LONG = 4000  # a reply that would take minutes: only cancellation can end it quickly
 
@@ -404,3 +412,270 @@ def test_full_queue_answers_429_with_retry_after(smollm2: LoadedModel) -> None:
             'fastforward:requests_total{endpoint="/v1/chat/completions",status="429"} 2.0'
             in httpx.get(srv.url + "/metrics").text
         )
+
+
+# --------------------------------------------------------------------------- batching (tiny models)
+
+
+class IdTokenizer:
+    """Stands in for a tokenizer with the tiny random models: every id is its own word (``" t17"``)."""
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def __len__(self) -> int:
+        return self.vocab
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(f" t{i}" for i in ids)
+
+
+class Gate:
+    """A job submitted straight to the engine whose token callback holds the worker thread at chosen
+    deliveries until the test lets it go: requests line up behind it deterministically, without sleeps.
+    Its own tokens are checked like any other request's."""
+
+    def __init__(self, engine: Engine, prompt: list[int], n: int, hold_at: tuple[int, ...] = (1,)) -> None:
+        self.prompt, self.tokens, self.calls = prompt, [], 0
+        self.events: list[Any] = []
+        self.holds = {k: (threading.Event(), threading.Event()) for k in hold_at}  # (reached, released)
+        method, options = engine.resolve("ar", {})
+        self.job = Job(list(prompt), GenerationConfig(n, ()), method, options, self.deliver)
+        engine.submit(self.job)
+
+    def deliver(self, event: Any) -> None:
+        self.events.append(event)
+        if isinstance(event, Tokens):
+            self.tokens += event.ids
+            self.calls += 1
+            if self.calls in self.holds:
+                reached, released = self.holds[self.calls]
+                reached.set()
+                released.wait(120)
+
+    def reached(self, k: int) -> None:
+        wait_for(self.holds[k][0].is_set, f"the gate's delivery {k}")
+
+    def release(self, k: int | None = None) -> None:
+        for key in [k] if k is not None else list(self.holds):
+            self.holds[key][1].set()
+
+
+class Collect:
+    """A job's events as the app would see them, with when its Done arrived (for ordering, not timing)."""
+
+    def __init__(self, engine: Engine, prompt: list[int], n: int, method: str = "ar") -> None:
+        self.tokens: list[int] = []
+        self.done: Done | None = None
+        self.done_at = 0.0
+        self.failed: Failed | None = None
+        name, options = engine.resolve(method, {})
+        eos = engine.target.eos_token_ids
+        self.job = Job(list(prompt), GenerationConfig(n, eos), name, options, self.deliver)
+
+    def deliver(self, event: Any) -> None:
+        if isinstance(event, Tokens):
+            self.tokens += event.ids
+        elif isinstance(event, Done):
+            self.done, self.done_at = event, time.perf_counter()
+        elif isinstance(event, Failed):
+            self.failed = event
+
+
+TINY_PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [11, 12, 13], list(range(20, 41)), [7], [3, 4, 3, 4, 3]]
+
+
+@pytest.fixture()
+def tiny_served() -> Iterator[tuple[Served, LoadedModel]]:
+    tiny = make_tiny()
+    engine = Engine(tiny, method="ar", methods=["ar", "pld", "lookahead"], max_queue=16, max_batch_size=4)
+    with BackgroundServer(create_app(engine, IdTokenizer(512), tiny.name)) as srv:
+        yield Served(srv.url, engine, tiny.name), tiny
+
+
+def tiny_reference(tiny: LoadedModel, prompt: list[int], n: int, sampling: Any = None) -> list[int]:
+    cfg = GenerationConfig(n, tiny.eos_token_ids, sampling or SamplingConfig())
+    return build_decoder("ar", tiny).generate(prompt, cfg).tokens
+
+
+def post_ids(url: str, prompt: list[int], n: int, **extra: Any) -> list[int]:
+    body = {"prompt": prompt, "max_tokens": n, "fastforward": {"return_token_ids": True}, **extra}
+    resp = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["fastforward"]["token_ids"]
+
+
+def in_threads(calls: list[Callable[[], Any]]) -> tuple[list[threading.Thread], dict[int, Any]]:
+    out: dict[int, Any] = {}
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        out[i] = call()
+
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def scrape(url: str) -> dict[str, float]:
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in httpx.get(url + "/metrics").text.splitlines()
+        if line.startswith("fastforward:")
+    }
+
+
+def test_concurrent_requests_share_batched_forwards_and_get_batch_1_tokens(
+    tiny_served: tuple[Served, LoadedModel],
+) -> None:
+    """Five requests (one sampled, seeded) queued behind a held job: four rows decode together, the fifth
+    joins when a slot frees; every reply equals what the batch-1 decoder gives for its prompt."""
+    served, tiny = tiny_served
+    engine = served.engine
+    lengths = [12, 20, 8, 16, 10]
+    sampled = SamplingConfig(temperature=0.9, seed=5)
+    gate = Gate(engine, [1, 2, 3], 6)
+    try:
+        gate.reached(1)  # the worker is held inside the gate's first step
+        calls: list[Callable[[], Any]] = [
+            lambda p=p, n=n: post_ids(served.url, p, n)
+            for p, n in zip(TINY_PROMPTS[:4], lengths[:4], strict=True)
+        ]
+        calls.append(lambda: post_ids(served.url, TINY_PROMPTS[4], lengths[4], temperature=0.9, seed=5))
+        threads, got = in_threads(calls)
+        wait_for(lambda: engine.queued == 5, "five requests to queue behind the gate")
+    finally:
+        gate.release()
+    for t in threads:
+        t.join(120)
+    for i, (p, n) in enumerate(zip(TINY_PROMPTS, lengths, strict=True)):
+        assert got[i] == tiny_reference(tiny, p, n, sampled if i == 4 else None), i
+    wait_for(lambda: gate.job.outcome == "done", "the gate to finish")
+    assert gate.tokens == build_decoder("ar", tiny).generate([1, 2, 3], GenerationConfig(6)).tokens
+    done = gate.events[-1]
+    assert isinstance(done, Done) and done.result.stats.new_tokens == 6 == done.result.stats.target_forwards
+    assert engine.batch is not None and engine.batch.stats.max_rows == 4
+    wait_for(lambda: scrape(served.url)["fastforward:num_batch_rows"] == 0, "the batch to drain")
+    m = scrape(served.url)
+    count = m['fastforward:batch_forward_rows_count{method="ar"}']
+    assert (
+        count == engine.batch.stats.forwards and m['fastforward:batch_forward_rows_sum{method="ar"}'] > count
+    )
+    assert m['fastforward:batch_forward_rows_bucket{le="4.0",method="ar"}'] == count  # never over 4 rows
+    assert m['fastforward:batch_forward_rows_bucket{le="2.0",method="ar"}'] < count  # some forward had 3+
+
+
+def test_a_disconnected_row_leaves_without_disturbing_its_batch(
+    tiny_served: tuple[Served, LoadedModel],
+) -> None:
+    """A streamed request in a batch of four is dropped by its client mid-reply: its row leaves within one
+    step, the other rows' replies are still exactly their batch-1 tokens."""
+    served, tiny = tiny_served
+    engine = served.engine
+    long_n = 400
+    # held at its first delivery (nothing else queued yet) and at its third: the first batched step of
+    # all four rows, after the streamed request's first token went out
+    gate = Gate(engine, [1, 2, 3], 8, hold_at=(1, 3))
+    client = httpx.Client(timeout=120)
+    opened: dict[str, OpenStream] = {}
+
+    def open_long() -> None:
+        body = {"prompt": TINY_PROMPTS[2], "max_tokens": long_n, "stream": True}
+        body["fastforward"] = {"ignore_eos": True}
+        resp = client.send(
+            client.build_request("POST", served.url + "/v1/completions", json=body), stream=True
+        )
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        for line in lines:
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                break
+        opened["s"] = OpenStream(resp, lines)
+
+    try:
+        gate.reached(1)
+        threads, got = in_threads([lambda p=p: post_ids(served.url, p, 16) for p in TINY_PROMPTS[:2]])
+        streamer = threading.Thread(target=open_long, daemon=True)
+        streamer.start()
+        wait_for(lambda: engine.queued == 3, "three requests to queue behind the gate")
+        gate.release(1)
+        gate.reached(3)  # the worker is held mid-step, with four rows
+        streamer.join(120)
+        rows = engine.running_jobs()
+        assert len(rows) == 4 and "s" in opened
+        job = next(j for j in rows if j.config.max_new_tokens == long_n)
+        opened["s"].close()  # the client goes away
+        wait_for(job.cancel.is_set, "the disconnect to cancel the job")
+    finally:
+        gate.release()
+    for t in threads:
+        t.join(120)
+    client.close()
+    assert [got[0], got[1]] == [tiny_reference(tiny, p, 16) for p in TINY_PROMPTS[:2]]
+    wait_for(lambda: job.outcome is not None, "the cancelled job to leave")
+    assert job.outcome == "cancelled" and job.steps_after_cancel <= 1 and job.tokens < long_n
+    wait_for(lambda: gate.job.outcome is not None, "the gate to finish")
+    assert gate.tokens == build_decoder("ar", tiny).generate([1, 2, 3], GenerationConfig(8)).tokens
+    assert engine.batch is not None and engine.batch.stats.max_rows == 4
+
+
+def test_another_method_waits_for_the_batch_then_runs_and_keeps_its_place() -> None:
+    """Queued behind a running ar batch: ar, pld (batched), ar, lookahead (no batched path: batch 1). The
+    first ar joins the running batch; pld waits until it drains and the ar behind pld does not jump it;
+    lookahead runs alone after. Every reply equals batch-1 greedy AR (all four methods are lossless)."""
+    tiny = make_tiny()
+    engine = Engine(tiny, method="ar", methods=["ar", "pld", "lookahead"], max_batch_size=4)
+    engine.start()
+    try:
+        gate = Gate(engine, [1, 2, 3], 6)
+        jobs = [
+            Collect(engine, TINY_PROMPTS[i], 10, m) for i, m in enumerate(["ar", "pld", "ar", "lookahead"])
+        ]
+        try:
+            gate.reached(1)
+            for c in jobs:
+                engine.submit(c.job)
+        finally:
+            gate.release()
+        wait_for(lambda: all(c.job.outcome for c in jobs), "every job to finish")
+    finally:
+        engine.shutdown()
+    ar1, pld, ar2, look = jobs
+    assert all(c.job.outcome == "done" and c.done is not None for c in jobs)
+    for i, c in enumerate(jobs):
+        assert c.tokens == c.done.result.tokens == tiny_reference(tiny, TINY_PROMPTS[i], 10), i
+        assert c.done.result.stats.new_tokens == len(c.tokens) and c.done.result.stats.target_forwards >= 1
+    gate_done = next(e for e in gate.events if isinstance(e, Done))
+    assert gate_done.result.tokens == gate.tokens
+    # order of events, not durations: ar1 joined the gate's batch; pld started after that batch drained
+    assert ar1.job.started_at < pld.job.started_at and pld.job.started_at >= ar1.done_at
+    assert ar2.job.started_at >= pld.done_at and look.job.started_at >= ar2.done_at
+    assert engine.batch is not None and engine.batch.name == "ar"
+
+
+def test_token_budget_limits_rows_and_refuses_a_job_over_it() -> None:
+    tiny = make_tiny()
+    engine = Engine(tiny, method="ar", methods=["ar"], max_batch_size=4, token_budget=40)
+    engine.start()
+    try:
+        gate = Gate(engine, [1, 2, 3], 6)  # reserves 9 of the 40 positions
+        fits = [Collect(engine, [7, 8], 10) for _ in range(3)]  # 12 each: two join the gate, one waits
+        too_big = Collect(engine, list(range(30)), 20)  # 50 > 40 on its own
+        try:
+            gate.reached(1)
+            for c in (*fits, too_big):
+                engine.submit(c.job)
+        finally:
+            gate.release()
+        wait_for(lambda: all(c.job.outcome for c in (*fits, too_big)), "every job to finish")
+    finally:
+        engine.shutdown()
+    ref = tiny_reference(tiny, [7, 8], 10)
+    assert all(c.tokens == ref for c in fits)
+    assert engine.batch is not None and engine.batch.stats.max_rows == 3
+    assert too_big.job.outcome == "failed" and too_big.failed is not None
+    assert too_big.failed.status == 400 and "token budget" in too_big.failed.message
+    with pytest.raises(FastForwardError, match="max-batch-size"):
+        Engine(tiny, method="ar", methods=["ar"], max_batch_size=0)
+    with pytest.raises(FastForwardError, match="token-budget"):
+        Engine(tiny, method="ar", methods=["ar"], token_budget=-1)

@@ -78,8 +78,11 @@ def test_serve_rejects_bad_flags_before_loading(capsys: pytest.CaptureFixture[st
     assert main(["serve", *FP32, "--port", "70000"]) == 2
     assert main(["serve", *FP32, "--max-queue", "0"]) == 2
     assert main(["serve", *FP32, "--methods", "ar,warp"]) == 2
+    assert main(["serve", *FP32, "--max-batch-size", "0"]) == 2
+    assert main(["serve", *FP32, "--token-budget", "-1"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("fastforward: error:") for line in err)
+    assert len(err) == 5 and all(line.startswith("fastforward: error:") for line in err)
+    assert "--max-batch-size must be >= 1, got 0" in err[3] and "--token-budget must be >= 0" in err[4]
 
 
 def test_sigterm_finishes_the_reply_in_flight_and_exits_cleanly() -> None:

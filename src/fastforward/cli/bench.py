@@ -49,6 +49,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "to FILE.json",
     )
     p.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="throughput mode: every method decodes all prompts (first turns) through the continuous-batching "
+        "scheduler with at most N rows at once, against batched AR and transformers' batched generate() "
+        "(0 = the per-prompt latency bench)",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=int,
+        default=0,
+        help="with --batch-size: most KV positions (prompt + max_new_tokens per row) reserved at once (0 = none)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="continue the interrupted run whose turns are in OUT.samples.jsonl (same options required)",
@@ -82,6 +96,16 @@ def run(args: argparse.Namespace) -> int:
 
     # 1. everything a user can get wrong, before any model loads (one-line errors)
     paths = out_paths(args.out) if args.out else None
+    if args.batch_size < 0:
+        raise FastForwardError(
+            f"--batch-size must be >= 1 (or 0 for the latency bench), got {args.batch_size}"
+        )
+    if args.token_budget < 0:
+        raise FastForwardError(f"--token-budget must be >= 0, got {args.token_budget}")
+    if args.token_budget and not args.batch_size:
+        raise FastForwardError("--token-budget needs --batch-size")
+    if args.batch_size and args.resume:
+        raise FastForwardError("--resume is for the latency bench; a --batch-size pass is one measurement")
     if args.resume and paths is None:
         raise FastForwardError("--resume needs --out: the run to continue is found beside it")
     if paths is not None:
@@ -114,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     from fastforward.decoders.registry import build_decoders
 
     target, draft = load_models(args)
+    if args.batch_size:
+        return run_batched(args, target, draft, samples, paths)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
     methods = list(decoders)
     config = generation_config(args, target)
@@ -148,4 +174,60 @@ def run(args: argparse.Namespace) -> int:
             sample_log.close(remove=True)  # the JSON holds every sample now
         log(f"wrote {paths[0]} and {paths[1]}")
     print(json.dumps({n: round(m["speedup_vs_ar"], 3) for n, m in result["methods"].items()}))
+    return 0
+
+
+def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
+    """``--batch-size N``: one throughput pass per method (see :mod:`fastforward.bench.batch`)."""
+    import sys
+
+    from fastforward import hardware
+    from fastforward.bench.batch import HF, markdown_table, run_batch_bench
+    from fastforward.bench.samplelog import atomic_write_text
+    from fastforward.cli.common import generation_config
+    from fastforward.core.options import parse_options
+    from fastforward.data import render_prompt
+    from fastforward.decoders.batched import proposer_for
+    from fastforward.decoders.registry import build_decoders
+
+    text = args.methods
+    wanted = [m.strip() for m in text.split(",") if m.strip()]
+    ours = ",".join(m for m in wanted if m != HF) or "ar"
+    decoders: dict = dict(build_decoders(ours, target, draft, parse_options(args.opt)))
+    for name, dec in list(decoders.items()):
+        try:
+            proposer_for(dec)
+        except FastForwardError as exc:
+            if text.strip() == "all":
+                del decoders[name]
+                continue
+            raise FastForwardError(f"--batch-size: {exc}") from None
+    if HF in wanted or text.strip() == "all":
+        decoders[HF] = None
+    config = generation_config(args, target)
+    prompts = [render_prompt(target.tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+    log(
+        f"bench {target.name} {target.dtype}, batch {args.batch_size}, {args.threads} threads: "
+        f"{len(prompts)} prompts x {len(decoders)} methods ({', '.join(decoders)})"
+    )
+    res = run_batch_bench(target, decoders, prompts, config, args.batch_size, args.token_budget,
+                          warmup=args.warmup > 0, progress=log)  # fmt: skip
+    runs = []
+    for method, r in res.items():
+        rec = {"model": target.name, "dtype": target.dtype, "batch_size": args.batch_size, "method": method}
+        rec.update({k: v for k, v in r.items() if k != "tokens"})
+        runs.append(rec)
+    result = {
+        "hardware": hardware.describe(),
+        "command": " ".join(sys.argv),
+        "max_new_tokens": config.max_new_tokens,
+        "prompts": len(prompts),
+        "runs": runs,
+    }
+    table = markdown_table(runs)
+    print(table)
+    if paths is not None:
+        atomic_write_text(paths[0], json.dumps(result, indent=2) + "\n")
+        atomic_write_text(paths[1], table + "\n")
+        log(f"wrote {paths[0]} and {paths[1]}")
     return 0

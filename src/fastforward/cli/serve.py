@@ -41,6 +41,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-queue", type=int, default=64, help="requests that may wait; more get 429")
     p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=1,
+        help="requests of one method (and options) decoded together, joining as others finish "
+        "(continuous batching; 1: one request at a time)",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=int,
+        default=0,
+        help="with --max-batch-size > 1: KV positions a batch's rows may reserve, prompt + max_tokens each "
+        "(0: no budget)",
+    )
+    p.add_argument(
         "--shutdown-timeout",
         type=float,
         default=30.0,
@@ -63,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         raise FastForwardError(f"--port must be in [0, 65535], got {args.port}")
     if args.max_queue < 1:
         raise FastForwardError(f"--max-queue must be >= 1, got {args.max_queue}")
+    if args.max_batch_size < 1:
+        raise FastForwardError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
+    if args.token_budget < 0:
+        raise FastForwardError(f"--token-budget must be >= 0 (0: no budget), got {args.token_budget}")
     if args.shutdown_timeout < 0:
         raise FastForwardError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed)
@@ -79,14 +97,24 @@ def run(args: argparse.Namespace) -> int:
         methods.append(args.method)
     sock = bind(args.host, args.port)  # before loading: a busy port fails in a second, not after the load
     target, draft = load_models(args)
-    engine = Engine(target, draft, args.method, parse_options(args.opt), methods, args.max_queue)
+    engine = Engine(
+        target,
+        draft,
+        args.method,
+        parse_options(args.opt),
+        methods,
+        args.max_queue,
+        max_batch_size=args.max_batch_size,
+        token_budget=args.token_budget,
+    )
     engine.start()
     app = create_app(
         engine, target.tokenizer, target.name, args.api_key, Defaults(args.max_new_tokens, sampling)
     )
     host, port = sock.getsockname()[:2]
+    batch = f", batches of up to {args.max_batch_size}" if args.max_batch_size > 1 else ""
     print(
-        f"fastforward serve: {target.name} ({args.method}) on http://{host}:{port}",
+        f"fastforward serve: {target.name} ({args.method}{batch}) on http://{host}:{port}",
         file=sys.stderr,
         flush=True,
     )

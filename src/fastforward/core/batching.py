@@ -156,6 +156,7 @@ class BatchStats:
     prefills: int = 0
     row_steps: int = 0  # sum over forwards of the rows in it
     nodes_fed: int = 0  # sum over forwards of rows x block width (padding included)
+    real_nodes: int = 0  # sum over forwards of the rows' own block lengths (what a padding-free layout feeds)
     new_tokens: int = 0
     requests: int = 0
     wall_time_s: float = 0.0
@@ -176,6 +177,7 @@ class BatchStats:
             "prefills": self.prefills,
             "mean_rows_per_forward": self.mean_rows,
             "mean_width": self.nodes_fed / self.row_steps if self.row_steps else 0.0,
+            "padding_share": 1 - self.real_nodes / self.nodes_fed if self.nodes_fed else 0.0,
             "new_tokens": self.new_tokens,
             "requests": self.requests,
             "wall_time_s": self.wall_time_s,
@@ -348,6 +350,7 @@ class BatchDecoder:
         self.stats.forwards += 1
         self.stats.row_steps += len(rows)
         self.stats.nodes_fed += len(rows) * ids.shape[1]
+        self.stats.real_nodes += sum(len(b.tokens) for b in blocks)
         logits = out.logits  # [B, k, V]
         argmax = logits.argmax(-1).tolist()
         paths: list[list[int]] = []

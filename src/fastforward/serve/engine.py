@@ -1,15 +1,26 @@
-"""The model worker: one thread owns the model and decodes queued jobs one at a time.
+"""The model worker: one thread owns the model and decodes the queued jobs, alone or in a continuous batch.
 
-Why one worker and a queue: the decoders generate one prompt at a time (batch 1, see
-:mod:`fastforward.core.decoder`) and a model's forward already uses every CPU core, so running two
-generations at once would only make both slower and their timings meaningless. Requests therefore wait in a
-bounded FIFO; when it is full the server answers 429 at once (:class:`QueueFull`) rather than letting
-latency grow without bound.
+Why one worker and a queue: a model's forward already uses every CPU core (or the whole accelerator), so two
+threads running forwards at once would only make both slower and their timings meaningless. Requests
+therefore wait in a bounded FIFO; when it is full the server answers 429 at once (:class:`QueueFull`) rather
+than letting latency grow without bound.
+
+Why batches (``max_batch_size`` > 1): one forward over B rows costs far less than B forwards (memory-bound
+decoding reads the weights once), so concurrent requests are decoded together by a
+:class:`~fastforward.core.batching.BatchDecoder`. A batch runs one method with one set of options (the
+proposer is shared by its rows); jobs with that same (method, options) join it as slots free up (the others
+never restart), and each row keeps its own prompt, :class:`GenerationConfig` (sampling included) and exact
+tokens. A job asking for other (method, options) waits at the queue head until the running batch drains, and
+while it waits no later job joins ahead of it (FIFO: a steady stream of one method cannot starve another);
+then its own batch starts. A method or option set without a batched path (lookahead, sd-cross, adaptive
+draft lengths, ...; see :mod:`fastforward.decoders.batched`) runs alone through its batch-1 decoder. With
+``max_batch_size`` 1 (the default) every job runs through the batch-1 decoders, one at a time.
 
 Cancellation: every committed step calls the job's ``on_tokens`` callback; once ``job.cancel`` is set (the
 client went away, a stop string was found, the server is shutting down) the next callback raises
-:class:`Cancelled`, so a generation stops within one decoding step, and a job cancelled while still queued
-never starts.
+:class:`Cancelled`, and a batch row whose job was cancelled is also dropped before the next batched forward,
+so a generation stops within one decoding step without disturbing its neighbours; a job cancelled while
+still queued never starts.
 
 The worker talks to the HTTP side only through ``job.deliver`` (thread-safe; the app posts events onto its
 event loop), so this module knows nothing about HTTP.
@@ -18,15 +29,17 @@ event loop), so this module knows nothing about HTTP.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastforward.core import batching
+from fastforward.core.batching import BatchDecoder, Request
 from fastforward.core.decoder import Decoder, GenerationConfig, GenerationResult, model_context_length
+from fastforward.decoders.batched import batched
 from fastforward.decoders.registry import METHODS, available, build_decoder, option_names
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
@@ -99,12 +112,28 @@ class Job:
     steps_after_cancel: int = 0  # steps that completed after cancel was set (at most one)
     outcome: str | None = None  # done | failed | cancelled, once the worker is through with the job
 
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        """What a decoder is built from: jobs with equal keys can share a decoder, and a batch."""
+        return decoder_key(self.method, self.options)
+
+    @property
+    def reserved(self) -> int:
+        """KV positions the job holds in a batch (what ``--token-budget`` counts)."""
+        return len(self.prompt_ids) + self.config.max_new_tokens
+
+
+def decoder_key(method: str, options: dict[str, Any]) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    return method, tuple(sorted(options.items()))
+
 
 class Engine:
     """Owns the target (and optional draft) model, the decoders built for it, the queue and the worker.
 
     ``method``/``options`` are the server's defaults (``--method``, ``--opt``); ``methods`` limits which
-    methods a request may pick (None: every method of the registry this install can build)."""
+    methods a request may pick (None: every method of the registry this install can build).
+    ``max_batch_size`` > 1 decodes concurrent jobs of one (method, options) together; ``token_budget`` (0:
+    none) caps the KV positions a batch's rows reserve (prompt + max_new_tokens each)."""
 
     def __init__(
         self,
@@ -116,9 +145,15 @@ class Engine:
         max_queue: int = 64,
         metrics: ServeMetrics | None = None,
         decoder_cache: int = 8,
+        max_batch_size: int = 1,
+        token_budget: int = 0,
     ) -> None:
         if max_queue < 1:
             raise FastForwardError(f"--max-queue must be >= 1, got {max_queue}")
+        if max_batch_size < 1:
+            raise FastForwardError(f"--max-batch-size must be >= 1, got {max_batch_size}")
+        if token_budget < 0:
+            raise FastForwardError(f"--token-budget must be >= 0 (0: no budget), got {token_budget}")
         self.target, self.draft = target, draft
         self.metrics = metrics or ServeMetrics()
         self.methods = (
@@ -139,16 +174,20 @@ class Engine:
                 raise FastForwardError(f"--opt {key}: no served method has this option")
         self.context_length = model_context_length(target.model)
         self.max_queue = max_queue
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self.max_batch_size, self.token_budget = max_batch_size, token_budget
+        self._pending: deque[Job] = deque()  # the FIFO; guarded by _cond, like _closed and _running
+        self._cond = threading.Condition()
         self._decoders: OrderedDict[tuple, Decoder] = OrderedDict()
+        # batched form per decoder key; None: that configuration has no batched path (runs at batch 1)
+        self._batches: OrderedDict[tuple, BatchDecoder | None] = OrderedDict()
         self._cache_size = decoder_cache
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._running: Job | None = None
-        self._lock = threading.Lock()
+        self._running: list[Job] = []
         self._service_s = 1.0  # moving average of a job's time in the worker, for Retry-After
         self.completed = 0  # jobs the worker is through with (any outcome); tests wait on it
         self.last_job: Job | None = None
+        self.batch: BatchDecoder | None = None  # the batch decoder that ran last (its stats: tests, logs)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -163,33 +202,35 @@ class Engine:
         self._thread.start()
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop accepting jobs, cancel the queued and the running one, and wait for the worker to exit."""
-        with self._lock:
+        """Stop accepting jobs, cancel the queued and the running ones, and wait for the worker to exit."""
+        with self._cond:
             self._closed = True
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                self._finish(job, "cancelled", Aborted())
-        running = self._running
-        if running is not None:
-            running.cancel.set()
+            drained = list(self._pending)
+            self._pending.clear()
+            running = list(self._running)
+            self._cond.notify_all()
+        for job in drained:
+            self._finish(job, "cancelled", Aborted())
+        for job in running:
+            job.cancel.set()
         if self._thread is not None:
-            self._queue.put(None)  # the queue was drained, so there is room
             self._thread.join(timeout)
         self.metrics.waiting.set(0)
 
     @property
     def queued(self) -> int:
-        """Jobs waiting for the worker (the running one not included)."""
-        return self._queue.qsize()
+        """Jobs waiting for the worker (the running ones not included)."""
+        return len(self._pending)
 
     @property
     def busy(self) -> bool:
         """Whether a job is queued or decoding."""
-        return self._running is not None or self._queue.qsize() > 0
+        return bool(self._running) or bool(self._pending)
+
+    def running_jobs(self) -> list[Job]:
+        """The jobs being decoded now (one, or a batch's rows)."""
+        with self._cond:
+            return list(self._running)
 
     # ------------------------------------------------------------------ requests
 
@@ -215,22 +256,23 @@ class Engine:
 
     def submit(self, job: Job) -> None:
         """Queue a job, or raise :class:`QueueFull` / :class:`ShuttingDown` at once."""
-        with self._lock:
+        with self._cond:
             if self._closed:
                 raise ShuttingDown("the server is shutting down")
-            try:
-                self._queue.put_nowait(job)
-            except queue.Full:
-                wait = self._service_s * (self._queue.qsize() + 1)
-                raise QueueFull(max(1, min(600, round(wait)))) from None
-            self.metrics.waiting.set(self._queue.qsize())
+            if len(self._pending) >= self.max_queue:
+                # a batch serves up to max_batch_size jobs in about one job's time
+                wait = self._service_s * (len(self._pending) + 1) / self.max_batch_size
+                raise QueueFull(max(1, min(600, round(wait))))
+            self._pending.append(job)
+            self.metrics.waiting.set(len(self._pending))
+            self._cond.notify()
         self.metrics.ensure_method(job.method)
 
-    # ------------------------------------------------------------------ the worker
+    # ------------------------------------------------------------------ decoders
 
     def _decoder(self, method: str, options: dict[str, Any]) -> Decoder:
         """A decoder per (method, options), built once and kept in a small LRU cache."""
-        key = (method, tuple(sorted(options.items())))
+        key = decoder_key(method, options)
         dec = self._decoders.get(key)
         if dec is None:
             dec = build_decoder(method, self.target, self.draft, options)
@@ -240,26 +282,60 @@ class Engine:
         self._decoders.move_to_end(key)
         return dec
 
+    def _batch_for(self, job: Job) -> BatchDecoder | None:
+        """The batch decoder for the job's (method, options), or None: run it alone at batch 1 (also when
+        its decoder cannot be built: :meth:`_execute` then reports why)."""
+        key = job.key
+        if key in self._batches:
+            self._batches.move_to_end(key)
+            return self._batches[key]
+        try:
+            decoder = self._decoder(job.method, job.options)
+        except Exception:
+            return None
+        try:
+            batch: BatchDecoder | None = batched(decoder, self.max_batch_size, self.token_budget)
+        except FastForwardError as e:
+            log.info("%s runs at batch 1: %s", job.method, e)
+            batch = None
+        self._batches[key] = batch
+        while len(self._batches) > self._cache_size:
+            self._batches.popitem(last=False)
+        return batch
+
+    # ------------------------------------------------------------------ the worker
+
     def _work(self) -> None:
-        while True:
-            job = self._queue.get()
-            self.metrics.waiting.set(self._queue.qsize())
-            if job is None:
-                return
-            self._running = job
-            self.metrics.running.set(1)
+        while (job := self._take()) is not None:
+            batch = self._batch_for(job) if self.max_batch_size > 1 else None
+            if batch is not None:
+                self._run_batch(batch, job)
+                continue
+            self._set_running([job])
             try:
                 self._execute(job)
             finally:
-                self._running = None
-                self.metrics.running.set(0)
+                self._set_running([])
 
-    def _execute(self, job: Job) -> None:
-        if job.cancel.is_set() or self._closed:
-            self._finish(job, "cancelled", Aborted())
-            return
-        job.started_at = time.perf_counter()
-        self.metrics.queue_time.labels(job.method).observe(job.started_at - job.submitted_at)
+    def _take(self) -> Job | None:
+        """The queue's head, waiting for one; None once the server is closed."""
+        with self._cond:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            if not self._pending:
+                return None
+            job = self._pending.popleft()
+            self.metrics.waiting.set(len(self._pending))
+            return job
+
+    def _set_running(self, jobs: list[Job]) -> None:
+        with self._cond:
+            self._running = jobs
+        self.metrics.running.set(len(jobs))
+
+    def _on_tokens(self, job: Job) -> Callable[[list[int]], None]:
+        """The decoder's per-step callback: deliver the step's tokens, or end the generation (raise) once
+        the job was cancelled."""
 
         def on_tokens(ids: list[int]) -> None:
             if job.cancel.is_set():
@@ -269,9 +345,24 @@ class Engine:
             job.steps += 1
             job.deliver(Tokens(list(ids), time.perf_counter()))
 
+        return on_tokens
+
+    def _start(self, job: Job) -> bool:
+        """Mark the job started (queue-time metric); False, with the job finished, if it was cancelled."""
+        if job.cancel.is_set() or self._closed:
+            self._finish(job, "cancelled", Aborted())
+            return False
+        job.started_at = time.perf_counter()
+        self.metrics.queue_time.labels(job.method).observe(job.started_at - job.submitted_at)
+        return True
+
+    def _execute(self, job: Job) -> None:
+        """One job alone, through its batch-1 decoder."""
+        if not self._start(job):
+            return
         try:
             decoder = self._decoder(job.method, job.options)
-            result = decoder.generate(job.prompt_ids, job.config, on_tokens=on_tokens)
+            result = decoder.generate(job.prompt_ids, job.config, on_tokens=self._on_tokens(job))
         except Cancelled:
             self._finish(job, "cancelled", Aborted())
         except FastForwardError as e:
@@ -282,6 +373,102 @@ class Engine:
         else:
             self.metrics.observe_generation(job.method, result.stats)
             self._finish(job, "done", Done(result))
+
+    def _run_batch(self, batch: BatchDecoder, first: Job) -> None:
+        """Decode ``first`` and every job of the same key that reaches the queue head while this batch
+        runs, one batched forward per step, until the batch drains."""
+        self.batch = batch
+        live: list[tuple[Job, Request]] = []
+        self._hand(batch, first, live)
+        while live:
+            for job in self._joiners(first.key, live):
+                self._hand(batch, job, live)
+            closed = self._closed
+            for job, req in live:
+                if closed or job.cancel.is_set():
+                    batch.cancel(req)  # leaves at this step's commit, without its callback
+            forwards, row_steps = batch.stats.forwards, batch.stats.row_steps
+            try:
+                batch.step()
+            except Exception as e:
+                self._fail_batch(first, live, e)
+                return
+            if batch.stats.forwards > forwards:
+                rows = batch.stats.row_steps - row_steps
+                self.metrics.batch_forward_rows.labels(first.method).observe(rows)
+            self.metrics.batch_rows.set(len(batch.rows))
+            # finished rows, and requests the batch dropped while they waited (cancelled)
+            through = [x for x in live if x[1].done]
+            live[:] = [x for x in live if not x[1].done]
+            for job, req in through:
+                self._settle(job, req)
+            self._set_running([job for job, _ in live])
+        self.metrics.batch_rows.set(0)
+
+    def _joiners(self, key: tuple, live: list[tuple[Job, Request]]) -> list[Job]:
+        """Jobs to add to the running batch now: from the queue head, while it holds jobs of the batch's
+        key and the batch has a free slot and budget. A job of another key at the head stops the joining
+        (it runs next); a cancelled one is taken off (and finished) wherever it waits in line."""
+        out: list[Job] = []
+        with self._cond:
+            reserved = sum(job.reserved for job, _ in live)
+            while self._pending and len(live) + len(out) < self.max_batch_size:
+                head = self._pending[0]
+                if not head.cancel.is_set():
+                    if head.key != key:
+                        break
+                    budget = self.token_budget
+                    # over the budget on its own: let it through, the batch refuses it with a 400
+                    if budget and head.reserved <= budget and reserved + head.reserved > budget:
+                        break
+                    reserved += head.reserved
+                out.append(self._pending.popleft())
+            self.metrics.waiting.set(len(self._pending))
+        return out
+
+    def _hand(self, batch: BatchDecoder, job: Job, live: list[tuple[Job, Request]]) -> None:
+        """Queue a job in the batch decoder (admitted at the next step; the caller checked the room)."""
+        if not self._start(job):
+            return
+        req = Request(job.prompt_ids, job.config, self._on_tokens(job), tag=job)
+        try:
+            batch.submit(req)
+        except FastForwardError as e:  # e.g. prompt + max_tokens over --token-budget
+            self._finish(job, "failed", Failed(400, str(e)))
+            return
+        live.append((job, req))
+        self._set_running([j for j, _ in live])
+
+    def _settle(self, job: Job, req: Request) -> None:
+        """Report a request the batch is through with."""
+        if req.result is not None:
+            self.metrics.observe_generation(job.method, req.result.stats)
+            self._finish(job, "done", Done(req.result))
+        elif isinstance(req.error, Cancelled | batching.Cancelled) or job.cancel.is_set():
+            self._finish(job, "cancelled", Aborted())
+        elif isinstance(req.error, FastForwardError):
+            self._finish(job, "failed", Failed(400, str(req.error)))
+        else:
+            log.error("generation failed (method %s)", job.method, exc_info=req.error)
+            self._finish(job, "failed", Failed(500, f"internal error: {type(req.error).__name__}"))
+
+    def _fail_batch(self, first: Job, live: list[tuple[Job, Request]], error: Exception) -> None:
+        """A batched step raised: its state (rows, cache) cannot be trusted, so every job still in it fails
+        and the batch decoder is rebuilt for the next jobs of this key."""
+        if isinstance(error, FastForwardError):
+            failure = Failed(400, str(error))
+        else:
+            log.error("batched step failed (method %s)", first.method, exc_info=error)
+            failure = Failed(500, f"internal error: {type(error).__name__}")
+        for job, req in live:
+            if req.done:  # finished (or was cancelled) before the step broke
+                self._settle(job, req)
+            else:
+                self._finish(job, "failed", failure)
+        live.clear()
+        self._batches.pop(first.key, None)
+        self._set_running([])
+        self.metrics.batch_rows.set(0)
 
     def _finish(self, job: Job, outcome: str, event: Event) -> None:
         job.outcome = outcome

@@ -6,6 +6,9 @@ tokens) and, per decoding method, whether the speculation pays: target forwards,
 accepted. Mean tokens per target forward is ``generation_tokens_total / target_forwards_total`` and the
 mean acceptance length is ``1 + num_accepted_tokens_total / num_drafts_total``, both derived by the reader
 from counters (rates of sums, never averages of per-request rates; see :mod:`fastforward.core.metrics`).
+With continuous batching (``--max-batch-size`` > 1) the operator also wants to know whether requests do
+share forwards: the rows of the running batch (a gauge) and the rows of every batched forward (a histogram,
+whose sum over count is the mean batch).
 
 Every server owns its own :class:`CollectorRegistry`, so several servers in one process (tests) never share
 counts.
@@ -20,6 +23,9 @@ from fastforward.core.stats import DecodeStats
 
 # Seconds: from well under one decoding step up to a long answer behind a queue.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+
+# Rows per batched forward: powers of two up to far more rows than a CPU or one GPU batch holds.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 prometheus_client.disable_created_metrics()  # the *_created series only clutter a scrape
 
@@ -66,6 +72,11 @@ class ServeMetrics:
         )
         self.waiting = Gauge(p + "num_requests_waiting", "requests queued for the model worker", registry=r)
         self.running = Gauge(p + "num_requests_running", "requests the model worker is decoding", registry=r)
+        self.batch_rows = Gauge(
+            p + "num_batch_rows",
+            "rows of the running continuous batch (--max-batch-size > 1; 0 when none runs)",
+            registry=r,
+        )
 
         def per_method(kind, name: str, doc: str, *extra: str, **kw):  # one label set for most series
             return kind(p + name, doc, ["method", *extra], registry=r, **kw)
@@ -73,6 +84,10 @@ class ServeMetrics:
         def latency(name: str, doc: str) -> Histogram:
             return per_method(Histogram, name, doc, buckets=LATENCY_BUCKETS)
 
+        # count: batched target forwards; sum: rows over them (mean rows per forward = sum / count)
+        self.batch_forward_rows = per_method(
+            Histogram, "batch_forward_rows", "rows in each batched target forward", buckets=BATCH_BUCKETS
+        )
         self.prompt_tokens = per_method(Counter, "prompt_tokens", "prompt tokens of started generations")
         self.generation_tokens = per_method(
             Counter, "generation_tokens", "tokens generated (all generations, cancelled ones included)"
