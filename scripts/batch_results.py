@@ -34,21 +34,29 @@ from fastforward.decoders.registry import build_decoder
 from fastforward.log import log
 from fastforward.models.loading import load_model
 
+TUNED = {"gamma": 3, "ngram_min": 2}  # prompt lookup that drafts only on a 2-gram match, 3 tokens at most
+
 PLANS = {
-    # model: (dataset, methods, draft, max_new_tokens, prompts per batch size)
+    # model: (dataset, [(label, method, options)], draft, max_new_tokens, {batch size: prompts})
     "smollm2-135m": (
         "humaneval",
-        ["ar", "pld", "jacobi", "layerskip"],
+        [
+            ("ar", "ar", {}),
+            ("pld", "pld", {}),
+            ("pld:g3n2", "pld", TUNED),
+            ("jacobi", "jacobi", {}),
+            ("layerskip", "layerskip", {}),
+        ],
         None,
         128,
-        {1: 8, 4: 16, 8: 16, 16: 32},
+        {1: 4, 4: 8, 8: 16, 16: 32},
     ),
     "qwen2.5-coder-1.5b": (
         "humaneval",
-        ["ar", "pld", "jacobi", "sd"],
+        [("ar", "ar", {}), ("pld", "pld", {}), ("pld:g3n2", "pld", TUNED), ("sd", "sd", {})],
         "qwen2.5-coder-0.5b",
-        64,
-        {1: 6, 4: 8, 8: 16, 16: 16},
+        128,
+        {1: 2, 4: 4, 8: 8, 16: 16},
     ),
 }
 
@@ -67,13 +75,12 @@ def fp32_check(name: str, plan, n_prompts: int, tokens: int) -> dict[str, bool]:
     ar = ARDecoder(target.model)
     ref = [ar.generate(p, cfg).tokens for p in prompts]
     out = {}
-    for m in methods:
-        dec = build_decoder(m, target, draft if m == "sd" else None, {})
+    for label, m, opts in methods:
+        dec = build_decoder(m, target, draft if m == "sd" else None, opts)
         got = [r.result.tokens for r in batched(dec, 4).generate_many(prompts, cfg)]
-        out[m] = got == ref
-        log(
-            f"fp32 check {name} {m}: {sum(g == r for g, r in zip(got, ref, strict=True))}/{len(ref)} identical"
-        )
+        out[label] = got == ref
+        same = sum(g == r for g, r in zip(got, ref, strict=True))
+        log(f"fp32 check {name} {label}: {same}/{len(ref)} identical")
     out[HF] = None  # transformers' own; not ours to certify
     return out
 
@@ -105,14 +112,16 @@ def main() -> None:
         checks = result["fp32_checks"][name]
         target = load_model(name, a.dtype)
         draft = load_model(draft_name, a.dtype) if draft_name else None
-        decoders = {m: build_decoder(m, target, draft if m == "sd" else None, {}) for m in methods}
+        decoders = {
+            label: build_decoder(m, target, draft if m == "sd" else None, opts) for label, m, opts in methods
+        }
         decoders[HF] = None
         cfg = GenerationConfig(max_new, tuple(target.eos_token_ids))
         for b in map(int, a.batch.split(",")):
             if any(r["model"] == name and r["batch_size"] == b for r in result["runs"]):
                 log(f"{name} batch {b}: already in {out_path}, skipped")
                 continue
-            prompts = prompts_for(target.tokenizer, dataset, counts.get(b, 2 * b))
+            prompts = prompts_for(target.tokenizer, dataset, counts.get(b, b))
             t0 = time.time()
             res = run_batch_bench(target, decoders, prompts, cfg, b, progress=log)
             for method, r in res.items():
@@ -136,6 +145,7 @@ def main() -> None:
                     "latency_p90_s": round(r["latency_p90_s"], 3),
                     "ttft_mean_s": None if r["ttft_mean_s"] is None else round(r["ttft_mean_s"], 3),
                     "draft": draft_name if method == "sd" else None,
+                    "options": next((o for lab, _, o in methods if lab == method), {}),
                     "batch": r["batch"],
                 }
                 result["runs"].append(rec)

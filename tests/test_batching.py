@@ -41,8 +41,8 @@ def _reference(model, prompts, cfg):
     return [ar.generate(p, cfg).tokens for p in prompts]
 
 
-def _run(decoder, prompts, cfg, batch_size=4, **kw):
-    bd = batched(decoder, max_batch_size=batch_size, **kw)
+def _run(decoder, prompts, cfg, batch_size=4, layout="padded", **kw):
+    bd = batched(decoder, max_batch_size=batch_size, layout=layout, **kw)
     reqs = bd.generate_many(prompts, cfg)
     return [r.result.tokens for r in reqs], reqs, bd
 
@@ -63,8 +63,9 @@ def _decoders(tiny):
     }
 
 
+@pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize("method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera"])
-def test_every_row_equals_unbatched_greedy_ar_on_tiny(method):
+def test_every_row_equals_unbatched_greedy_ar_on_tiny(method, layout):
     """Six prompts through four slots: rows of different lengths, later rows join as earlier ones finish,
     an EOS that occurs mid-generation (mid-block for the multi-token methods) ends only its own row."""
     tiny = make_tiny()
@@ -73,7 +74,7 @@ def test_every_row_equals_unbatched_greedy_ar_on_tiny(method):
     cfg = greedy_config(24, eos)
     ref = _reference(tiny.model, PROMPTS, cfg)
     assert any(len(r) < 24 for r in ref) and any(len(r) == 24 for r in ref)
-    got, reqs, bd = _run(_decoders(tiny)[method], PROMPTS, cfg)
+    got, reqs, bd = _run(_decoders(tiny)[method], PROMPTS, cfg, layout=layout)
     assert got == ref
     assert bd.stats.max_rows == 4 and bd.stats.requests == len(PROMPTS)
     for r in reqs:  # per-row stats: one record per row, prefill counted, tokens add up
@@ -85,7 +86,8 @@ def test_every_row_equals_unbatched_greedy_ar_on_tiny(method):
         assert max(max(r.result.stats.accepted_per_step) for r in reqs) == 5
 
 
-def test_ragged_acceptance_with_oracle_trees_is_exact():
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_ragged_acceptance_with_oracle_trees_is_exact(layout):
     """Chimera with oracle drafts whose right path leaves the top-1 chain at different depths per row:
     every step keeps a different, non-prefix set of nodes per row (cache compaction moves entries)."""
     tiny = make_tiny()
@@ -118,8 +120,10 @@ def test_ragged_acceptance_with_oracle_trees_is_exact():
 
     dec = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions())
     dec.draft = Oracles()
-    got, reqs, _ = _run(dec, prompts, cfg)
+    got, reqs, bd = _run(dec, prompts, cfg, layout=layout)
     assert got == ref
+    if layout == "packed":
+        assert bd.stats.padding_share == 0.0
     per = [max(r.result.stats.accepted_per_step[1:-1] or [1]) for r in reqs]
     assert per[0] == 5 and per[1] == 2 and per[3] == 1  # each row its own acceptance
 
@@ -132,6 +136,8 @@ def test_real_model_rows_equal_greedy_ar(smollm2, real_prompts):
     for name in ("ar", "pld", "jacobi", "layerskip"):
         got, reqs, bd = _run(build_decoder(name, smollm2), prompts, cfg, batch_size=4)
         assert got == ref, name
+    got, _, _ = _run(build_decoder("pld", smollm2), prompts, cfg, batch_size=4, layout="packed")
+    assert got == ref
     dec = ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions())
     got, _, _ = _run(dec, prompts[:6], cfg, batch_size=3)
     assert got == ref[:6]

@@ -74,9 +74,14 @@ def run_hf(model, prompts: list[list[int]], config: GenerationConfig, batch_size
 
 
 def run_method(
-    decoder: Decoder, prompts: list[list[int]], config: GenerationConfig, batch_size: int, token_budget: int
+    decoder: Decoder,
+    prompts: list[list[int]],
+    config: GenerationConfig,
+    batch_size: int,
+    token_budget: int,
+    layout: str = "padded",
 ) -> dict[str, Any]:
-    bd = batched(decoder, batch_size, token_budget)
+    bd = batched(decoder, batch_size, token_budget, layout)
     t0 = time.perf_counter()
     reqs = bd.generate_many(prompts, config)
     wall = time.perf_counter() - t0
@@ -111,6 +116,7 @@ def run_batch_bench(
     token_budget: int = 0,
     warmup: bool = True,
     progress: Callable[[str], None] | None = None,
+    layout: str = "padded",
 ) -> dict[str, Any]:
     """Every method over every prompt at ``batch_size``; ``decoders[HF]`` may be None (transformers'
     generate() needs no decoder). Returns {method: record} with the keys in the module docstring."""
@@ -125,13 +131,13 @@ def run_batch_bench(
             if n == HF:
                 run_hf(model, head, warm, batch_size)
             else:
-                run_method(decoders[n], head, warm, batch_size, token_budget)
+                run_method(decoders[n], head, warm, batch_size, token_budget, layout)
     raw: dict[str, dict[str, Any]] = {}
     for n in names:
         raw[n] = (
             run_hf(model, prompts, config, batch_size)
             if n == HF
-            else run_method(decoders[n], prompts, config, batch_size, token_budget)
+            else run_method(decoders[n], prompts, config, batch_size, token_budget, layout)
         )
         if progress:
             r = raw[n]

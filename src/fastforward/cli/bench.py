@@ -63,6 +63,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --batch-size: most KV positions (prompt + max_new_tokens per row) reserved at once (0 = none)",
     )
     p.add_argument(
+        "--batch-layout",
+        default="padded",
+        choices=["padded", "packed"],
+        help="with --batch-size: rows side by side, padded to the widest guess (default), or packed into one "
+        "sequence (no padding; attention over every row's keys)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="continue the interrupted run whose turns are in OUT.samples.jsonl (same options required)",
@@ -211,10 +218,11 @@ def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
         f"{len(prompts)} prompts x {len(decoders)} methods ({', '.join(decoders)})"
     )
     res = run_batch_bench(target, decoders, prompts, config, args.batch_size, args.token_budget,
-                          warmup=args.warmup > 0, progress=log)  # fmt: skip
+                          warmup=args.warmup > 0, progress=log, layout=args.batch_layout)  # fmt: skip
     runs = []
     for method, r in res.items():
-        rec = {"model": target.name, "dtype": target.dtype, "batch_size": args.batch_size, "method": method}
+        rec = {"model": target.name, "dtype": target.dtype, "batch_size": args.batch_size, "method": method,
+               "layout": args.batch_layout}  # fmt: skip
         rec.update({k: v for k, v in r.items() if k != "tokens"})
         runs.append(rec)
     result = {

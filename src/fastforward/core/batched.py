@@ -1,8 +1,9 @@
 """Batched greedy generation for offline work (quality evaluation, distillation data), not for latency.
 
-Every decoder in ``fastforward.decoders`` is batch 1: that is the latency users see and what speedups are
-measured on. Offline jobs only need the greedy *tokens*, and a left-padded batch gives the same tokens for a
-fraction of the CPU time (equality with batch-1 AR in fp32 is tested in tests/test_quality.py).
+transformers' batched ``generate()`` over left-padded static batches: offline jobs only need the greedy
+*tokens*, and a left-padded batch gives the same tokens for a fraction of the CPU time (equality with batch-1
+AR in fp32 is tested in tests/test_quality.py). It is also the peer that ``bench --batch-size`` measures our
+continuous batching (:mod:`fastforward.core.batching`) against.
 """
 
 from __future__ import annotations

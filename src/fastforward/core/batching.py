@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from fastforward.core.acceptance import accept_tree, accept_tree_sampled
-from fastforward.core.cache import cache_length, new_cache
+from fastforward.core.cache import new_cache
 from fastforward.core.decoder import (
     GenerationConfig,
     GenerationResult,
@@ -40,7 +39,7 @@ from fastforward.core.decoder import (
     TokenCallback,
     model_context_length,
 )
-from fastforward.core.ragged import Block, block_inputs, compact, join, select
+from fastforward.core.ragged import LAYOUTS, Block
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
@@ -132,12 +131,13 @@ class Proposer:
         rows: Sequence[Row],
         drafts: Sequence[Draft],
         paths: Sequence[list[int]],
-        out: Any,
         argmax: list[list[int]],
+        hidden: list[torch.Tensor] | None,
     ) -> None:
         """After verification: ``paths[b]`` the accepted nodes of row b's block (0 = anchor, node i + 1 =
-        ``drafts[b].tokens[i]``), ``argmax[b]`` the target's argmax after every node, ``out`` the forward's
-        output. Called before finished rows leave."""
+        ``drafts[b].tokens[i]``), ``argmax[b]`` the target's argmax after every node, ``hidden[b]`` the
+        target's last hidden states there ([m_b, d], when :attr:`hidden_states`). Called before finished
+        rows leave."""
 
     def retain(self, keep: Sequence[int]) -> None:
         """Only rows ``keep`` (indices, ascending) stay in the batch."""
@@ -160,11 +160,17 @@ class BatchStats:
     new_tokens: int = 0
     requests: int = 0
     wall_time_s: float = 0.0
+    prefill_time_s: float = 0.0  # of the rows' prefills (the rest of the wall time is decoding)
     max_rows: int = 0
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def padding_share(self) -> float:
+        """Share of the positions fed that were padding (0 with the packed layout)."""
+        return 1 - self.real_nodes / self.nodes_fed if self.nodes_fed else 0.0
 
     @property
     def mean_rows(self) -> float:
@@ -177,11 +183,16 @@ class BatchStats:
             "prefills": self.prefills,
             "mean_rows_per_forward": self.mean_rows,
             "mean_width": self.nodes_fed / self.row_steps if self.row_steps else 0.0,
-            "padding_share": 1 - self.real_nodes / self.nodes_fed if self.nodes_fed else 0.0,
+            "padding_share": self.padding_share,
             "new_tokens": self.new_tokens,
             "requests": self.requests,
             "wall_time_s": self.wall_time_s,
+            "prefill_time_s": self.prefill_time_s,
             "aggregate_tok_s": self.tokens_per_s,
+            # new tokens per second of decoding (prefills excluded; a prefill's first token counted)
+            "decode_tok_s": self.new_tokens / (self.wall_time_s - self.prefill_time_s)
+            if self.wall_time_s > self.prefill_time_s
+            else 0.0,
             "max_rows": self.max_rows,
         }
 
@@ -199,6 +210,7 @@ class BatchDecoder:
         max_batch_size: int = 8,
         token_budget: int = 0,
         lossless: bool = True,
+        layout: str = "padded",
     ) -> None:
         if max_batch_size < 1:
             raise FastForwardError(f"batch size must be >= 1, got {max_batch_size}")
@@ -215,7 +227,9 @@ class BatchDecoder:
         pad = getattr(cfg, "pad_token_id", None)
         self.pad_id = int(pad if pad is not None else (eos[0] if isinstance(eos, list) else eos or 0))
         self.rows: list[Row] = []
-        self.cache: DynamicCache | None = None
+        if layout not in LAYOUTS:
+            raise FastForwardError(f"batch layout must be one of {', '.join(LAYOUTS)}, got '{layout}'")
+        self.layout = LAYOUTS[layout](model)
         self.waiting: deque[Request] = deque()
         self.lock = threading.Lock()
         self.stats = BatchStats(method=proposer.name)
@@ -316,6 +330,7 @@ class BatchDecoder:
             output_hidden_states=self.proposer.hidden_states,
         )
         stats.prefill_time_s = time.perf_counter() - t0
+        self.stats.prefill_time_s += stats.prefill_time_s
         self.stats.prefills += 1
         self.stats.requests += 1
         token = int(select_token(out.logits[0, -1], req.config.sampling, row.generator))
@@ -323,7 +338,7 @@ class BatchDecoder:
             self._finish(row, finished)
             return
         self.proposer.admit(row, out)
-        self.cache = join(self.cache, cache)
+        self.layout.add(cache, len(req.prompt))
         self.rows.append(row)
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
 
@@ -334,47 +349,33 @@ class BatchDecoder:
             Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
             for r, d in zip(rows, drafts, strict=True)
         ]
-        start = cache_length(self.cache)
-        lengths = [r.length for r in rows]
-        ids, pos, mask = block_inputs(
-            self.model, lengths, blocks, start, self.pad_id, self.dtype, self.device
-        )
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos,
-            attention_mask=mask,
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=self.proposer.hidden_states,
-        )
+        logits, hidden, fed = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
         self.stats.forwards += 1
         self.stats.row_steps += len(rows)
-        self.stats.nodes_fed += len(rows) * ids.shape[1]
+        self.stats.nodes_fed += fed
         self.stats.real_nodes += sum(len(b.tokens) for b in blocks)
-        logits = out.logits  # [B, k, V]
-        argmax = logits.argmax(-1).tolist()
+        argmax = [lg.argmax(-1).tolist() for lg in logits]
         paths: list[list[int]] = []
         alive: list[bool] = []
         for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
-            m = len(blk.tokens)
             sampling = row.run.config.sampling
             if sampling.greedy:
-                path = accept_tree(blk.tokens, blk.parents, argmax[b][:m])
+                path = accept_tree(blk.tokens, blk.parents, argmax[b])
                 extra = argmax[b][path[-1]]
             else:
                 probs = None
                 if d.probs is not None:  # root row first: the anchor was not drawn from the draft
                     probs = torch.cat([d.probs[:1] * 0, d.probs.float()], dim=0)
                 path, extra = accept_tree_sampled(
-                    blk.tokens, blk.parents, logits[b, :m], sampling, row.generator, probs
+                    blk.tokens, blk.parents, logits[b], sampling, row.generator, probs
                 )
             paths.append(path)
             ok = self._commit(row, [blk.tokens[i] for i in path[1:]] + [extra])
             alive.append(ok and not row.run.done)
-        new_lengths = compact(self.cache, start, lengths, paths)
-        for row, n in zip(rows, new_lengths, strict=True):
+        self.layout.keep(paths)
+        for row, n in zip(rows, self.layout.lengths, strict=True):
             row.length = n
-        self.proposer.observe(rows, drafts, paths, out, argmax)
+        self.proposer.observe(rows, drafts, paths, argmax, hidden)
         if not all(alive):
             keep = [i for i, a in enumerate(alive) if a]
             for i, a in enumerate(alive):
@@ -382,10 +383,7 @@ class BatchDecoder:
                     self._finish(rows[i], finished)
             self.rows = [rows[i] for i in keep]
             self.proposer.retain(keep)
-            if self.rows:
-                select(self.cache, keep, [r.length for r in self.rows])
-            else:
-                self.cache = None
+            self.layout.retain(keep)
 
     def _commit(self, row: Row, tokens: list[int]) -> bool:
         """Commit through the row's Run; False when the request was cancelled (by flag or by its callback

@@ -7,8 +7,9 @@ model, n-gram lookup, a Jacobi iterate, a tree of head candidates), *verify* (on
 propose and verify differ between methods; prefill and commit are written here once, so EOS and
 ``max_new_tokens`` end a generation exactly where greedy AR would, however many tokens a step commits.
 
-Batch > 1 is on the roadmap: ``generate`` takes one prompt today; a batched ``generate_batch`` will take
-per-row lengths and per-row rollback (see :mod:`fastforward.core.cache`) without changing this signature.
+Batch > 1 runs the same propose / verify / accept / commit step over many rows at once:
+:mod:`fastforward.core.batching` (continuous batching, ragged acceptance) commits every row through this
+module's :class:`Run`, so a row stops exactly where this loop would.
 """
 
 from __future__ import annotations

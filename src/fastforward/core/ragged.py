@@ -1,6 +1,9 @@
-"""Rows of different lengths in one KV cache: the layout every batched method shares.
+"""Rows of different lengths in one KV cache: the two layouts a batched forward can use.
 
-Layout (left-aligned, compacted). Row b's cached tokens sit in slots ``0 .. lengths[b] - 1`` of the batch
+:class:`PaddedRows` (the default) is described first; :class:`PackedRows` (every row's block in one
+sequence, no padding, a shared single-row cache with per-row slot lists) at its class.
+
+Padded layout (left-aligned, compacted). Row b's cached tokens sit in slots ``0 .. lengths[b] - 1`` of the batch
 cache; slots from ``lengths[b]`` up to the cache's length are stale for that row and every mask hides them. A
 forward appends its k new slots at the common end ``C`` (transformers' cache update concatenates), each row's
 tokens at its *own* positions (``lengths[b] + depth``), so a row's numerics do not depend on the others. After
@@ -152,3 +155,162 @@ def select(cache: DynamicCache, rows: Sequence[int], lengths: Sequence[int]) -> 
     """Keep only batch rows ``rows`` (in that order; ``lengths`` are theirs) and crop to the longest."""
     select_rows(cache, rows)
     rollback(cache, max(lengths, default=0))
+
+
+# --------------------------------------------------------------------------- the two layouts
+
+
+class PaddedRows:
+    """Rows side by side, ``[B, k]`` forwards: every row fed as wide as the widest block (pad nodes attend
+    only to themselves and are dropped), the cache ``[B, H, max_len, D]`` compacted after every step
+    (:func:`compact`). Attention reads only a row's own keys; the price is the padding when rows guess
+    different numbers of tokens (``padding_share`` in the batch stats)."""
+
+    name = "padded"
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.cache: DynamicCache | None = None
+        self.lengths: list[int] = []
+
+    def add(self, cache: DynamicCache, length: int) -> None:
+        self.cache = join(self.cache, cache)
+        self.lengths.append(length)
+
+    def forward(
+        self, blocks: Sequence[Block], pad_id: int, hidden: bool
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, int]:
+        """One forward over every row's block: per-row logits [m_b, V], hidden states [m_b, d] (or None),
+        and the number of positions fed (padding included)."""
+        m = self.model
+        dtype, device = next(m.parameters()).dtype, next(m.parameters()).device
+        self._start = cache_length(self.cache)
+        ids, pos, mask = block_inputs(m, self.lengths, blocks, self._start, pad_id, dtype, device)
+        out = m(
+            input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+            use_cache=True, output_hidden_states=hidden,
+        )  # fmt: skip
+        sizes = [len(b.tokens) for b in blocks]
+        logits = [out.logits[r, :n] for r, n in enumerate(sizes)]
+        states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
+        return logits, states, ids.numel()
+
+    def keep(self, paths: Sequence[Sequence[int]]) -> None:
+        self.lengths = compact(self.cache, self._start, self.lengths, paths)
+
+    def retain(self, keep: Sequence[int]) -> None:
+        self.lengths = [self.lengths[i] for i in keep]
+        if keep:
+            select(self.cache, keep, self.lengths)
+        else:
+            self.cache = None
+
+
+class PackedRows:
+    """Rows one after another in ONE sequence, ``[1, sum k_b]`` forwards: no padding, each row fed only its
+    own block; the cache is a single row ``[1, H, S, D]`` holding every row's entries, each row owning a
+    list of slots (in position order), with a 4D mask letting a row's tokens see only its slots.
+
+    Every forward appends its nodes at the end; a row keeps the slots of its accepted nodes, the rest
+    are dead until a garbage collection (an ``index_select`` of the live slots, row by row) runs once dead
+    slots outnumber live ones, so moving entries costs O(1) per token amortised. The price: every query
+    scores every row's keys (masked), so attention grows with the batch; for small models with short
+    contexts it is the linear layers that dominate, and those cost only the real tokens."""
+
+    name = "packed"
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.cache: DynamicCache | None = None
+        self.slots: list[list[int]] = []
+        self.slot_pos: list[int] = []  # position id of every cache slot (windowed masks compare them)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(s) for s in self.slots]
+
+    def add(self, cache: DynamicCache, length: int) -> None:
+        start = 0 if self.cache is None else cache_length(self.cache)
+        if self.cache is None:
+            self.cache = cache
+        else:
+            for a, b in zip(full_layers(self.cache), full_layers(cache), strict=True):
+                a.keys = torch.cat([a.keys, b.keys], dim=2)
+                a.values = torch.cat([a.values, b.values], dim=2)
+        self.slots.append(list(range(start, start + length)))
+        self.slot_pos += list(range(length))
+
+    def forward(
+        self, blocks: Sequence[Block], pad_id: int, hidden: bool
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, int]:
+        m = self.model
+        dtype, device = next(m.parameters()).dtype, next(m.parameters()).device
+        start = cache_length(self.cache)
+        sizes = [len(b.tokens) for b in blocks]
+        n = sum(sizes)
+        ids: list[int] = []
+        pos: list[int] = []
+        allowed = torch.zeros((1, n, start + n), dtype=torch.bool)
+        off = 0
+        self._offsets = []
+        for blk, slots in zip(blocks, self.slots, strict=True):
+            k = len(blk.tokens)
+            if blk.parents == list(range(-1, k - 1)):
+                depths, vis = list(range(k)), torch.ones(k, k, dtype=torch.bool).tril()
+            else:
+                depths, vis = tree_depths(blk.parents), tree_visibility(blk.parents)
+            ids += blk.tokens
+            pos += [len(slots) + d for d in depths]
+            allowed[0, off : off + k].index_fill_(1, torch.tensor(slots, dtype=torch.long), True)
+            allowed[0, off : off + k, start + off : start + off + k] = vis
+            self._offsets.append(off)
+            off += k
+        q_pos = torch.tensor([pos], dtype=torch.long)
+        kv_pos = torch.tensor([self.slot_pos + pos], dtype=torch.long)
+        mask = model_mask(m, allowed, q_pos, kv_pos, dtype)
+        mask = {key: v.to(device) for key, v in mask.items()} if isinstance(mask, dict) else mask.to(device)
+        out = m(
+            input_ids=torch.tensor([ids], device=device), position_ids=q_pos.to(device), attention_mask=mask,
+            past_key_values=self.cache, use_cache=True, output_hidden_states=hidden,
+        )  # fmt: skip
+        self._start = start
+        self.slot_pos += pos
+        logits = [out.logits[0, o : o + k] for o, k in zip(self._offsets, sizes, strict=True)]
+        states = (
+            [out.hidden_states[-1][0, o : o + k] for o, k in zip(self._offsets, sizes, strict=True)]
+            if hidden
+            else None
+        )
+        return logits, states, n
+
+    def keep(self, paths: Sequence[Sequence[int]]) -> None:
+        for slots, off, path in zip(self.slots, self._offsets, paths, strict=True):
+            slots += [self._start + off + i for i in path]
+        self._collect()
+
+    def retain(self, keep: Sequence[int]) -> None:
+        self.slots = [self.slots[i] for i in keep]
+        self._collect()
+
+    def _collect(self) -> None:
+        """Drop dead slots once they outnumber the live ones (or nothing is live)."""
+        live = sum(len(s) for s in self.slots)
+        if live == 0:
+            self.cache, self.slots, self.slot_pos = None, [], []
+            return
+        if cache_length(self.cache) - live <= live:
+            return
+        order = [i for s in self.slots for i in s]
+        idx = torch.tensor(order, dtype=torch.long, device=self.cache.layers[0].keys.device)
+        for layer in full_layers(self.cache):
+            layer.keys = layer.keys.index_select(2, idx)
+            layer.values = layer.values.index_select(2, idx)
+        self.slot_pos = [self.slot_pos[i] for i in order]
+        new, at = [], 0
+        for s in self.slots:
+            new.append(list(range(at, at + len(s))))
+            at += len(s)
+        self.slots = new
+
+
+LAYOUTS = {"padded": PaddedRows, "packed": PackedRows}

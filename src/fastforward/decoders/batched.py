@@ -92,7 +92,7 @@ class JacobiProposer(Proposer):
             drafts.append(Draft.chain(st["guess"][:-1]))
         return drafts
 
-    def observe(self, rows, drafts, paths, out, argmax) -> None:
+    def observe(self, rows, drafts, paths, argmax, hidden) -> None:
         for b, (row, d, path) in enumerate(zip(rows, drafts, paths, strict=True)):
             outputs = argmax[b][: len(d.tokens) + 1]  # the new iterate: the target's token after every node
             row.state["guess"] = outputs[len(path) :]
@@ -179,7 +179,7 @@ class DraftModelProposer(Proposer):
             row.state["proposed"] += len(toks)
         return drafts
 
-    def observe(self, rows, drafts, paths, out, argmax) -> None:
+    def observe(self, rows, drafts, paths, argmax, hidden) -> None:
         for b, (row, path) in enumerate(zip(rows, paths, strict=True)):
             accepted = len(path) - 1
             row.state["accepted"] += accepted
@@ -224,19 +224,22 @@ class ChimeraProposer(Proposer):
             drafts.append(Draft(nodes[1:], [p - 1 for p in self.tree.parents[1:]]))
         return drafts
 
-    def observe(self, rows, drafts, paths, out, argmax) -> None:
-        hidden = out.hidden_states[-1]  # [B, k, d]
+    def observe(self, rows, drafts, paths, argmax, hidden) -> None:
         for b, (row, path) in enumerate(zip(rows, paths, strict=True)):
             if row.run.done or row.request.error is not None:
                 continue
             # this step committed the accepted nodes and the target's token after them, all kept
-            row.state.observe(row.run.tokens[-len(path) :], hidden[b, path])
+            row.state.observe(row.run.tokens[-len(path) :], hidden[b][path])
 
 
-def batched(decoder: Decoder, max_batch_size: int = 8, token_budget: int = 0) -> BatchDecoder:
+def batched(
+    decoder: Decoder, max_batch_size: int = 8, token_budget: int = 0, layout: str = "padded"
+) -> BatchDecoder:
     """The batched form of a configured batch-1 decoder (same options), or a one-line error saying why this
-    configuration has none."""
-    return BatchDecoder(decoder.model, proposer_for(decoder), max_batch_size, token_budget, decoder.lossless)
+    configuration has none. ``layout``: how rows share a forward (:mod:`fastforward.core.ragged`)."""
+    return BatchDecoder(
+        decoder.model, proposer_for(decoder), max_batch_size, token_budget, decoder.lossless, layout
+    )
 
 
 def proposer_for(decoder: Decoder) -> Proposer:
