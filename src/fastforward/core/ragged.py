@@ -140,7 +140,7 @@ def right_pad(cache: DynamicCache, length: int) -> None:
 
 def join(cache: DynamicCache | None, other: DynamicCache) -> DynamicCache:
     """Rows of ``other`` appended after those of ``cache`` (None: ``other`` becomes the batch)."""
-    if cache is None or not cache.layers or cache_length(cache) == 0 and cache.layers[0].keys.numel() == 0:
+    if cache is None:
         return other
     length = max(cache_length(cache), cache_length(other))
     right_pad(cache, length)
