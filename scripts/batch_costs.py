@@ -6,6 +6,7 @@ measures ``cost(B, k)`` with the batched decoder's own inputs (ragged 4D mask, p
 ``--context`` slots per row) for each model and writes the table to ``results/batch_costs.json``.
 
     python scripts/batch_costs.py --model smollm2-135m --model qwen2.5-coder-1.5b --dtype bfloat16
+    python scripts/batch_costs.py --model qwen2.5-coder-1.5b --path prepacked --out results/batch_costs_prepacked.json
 """
 
 from __future__ import annotations
@@ -52,12 +53,13 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=192)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--path", default="default", help="kernel path of the linear layers (default|prepacked)")
     ap.add_argument("--out", default="results/batch_costs.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    out = {"hardware": hardware.describe(), "context": a.context, "dtype": a.dtype, "models": {}}
+    out = {"hardware": hardware.describe(), "context": a.context, "dtype": a.dtype, "path": a.path, "models": {}}
     for name in a.model:
-        m = load_model(name, a.dtype, threads=a.threads).model
+        m = load_model(name, a.dtype, threads=a.threads, path=a.path).model
         table = {}
         for b in map(int, a.batch.split(",")):
             row = {k: forward_ms(m, b, k, a.context, a.reps) for k in map(int, a.k.split(","))}

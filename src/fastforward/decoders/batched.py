@@ -26,12 +26,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from fastforward.core.batching import BatchDecoder, Draft, Proposer, Row
-from fastforward.core.cache import cache_length, new_cache
+from fastforward.core.cache import new_cache
 from fastforward.core.decoder import Decoder
-from fastforward.core.ragged import Block, block_inputs, compact, join, select
+from fastforward.core.ragged import Block, PaddedRows
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.errors import FastForwardError
 
@@ -99,7 +98,7 @@ class JacobiProposer(Proposer):
 
 
 class DraftModelProposer(Proposer):
-    """A draft model decoding every row in lockstep, its own KV cache in the same ragged layout as the
+    """A draft model decoding every row in lockstep, its own KV cache a :class:`PaddedRows` layout like the
     target's (:mod:`fastforward.core.ragged`): ``gamma`` batched draft forwards per step, the first feeding
     each row the committed tokens its cache lacks (the anchor, and the last accepted draft token after a
     full acceptance). After verification a row's draft cache stays valid up to its accepted drafts; the
@@ -110,9 +109,7 @@ class DraftModelProposer(Proposer):
     def __init__(self, draft: torch.nn.Module, gamma: int, name: str = "sd") -> None:
         self.draft, self.gamma, self.name = draft, gamma, name
         self.device = next(draft.parameters()).device
-        self.dtype = next(draft.parameters()).dtype
-        self.cache: DynamicCache | None = None
-        self.lengths: list[int] = []  # draft-cache slots holding each row's committed tokens
+        self.rows = PaddedRows(draft)  # its lengths: draft-cache slots holding each row's committed tokens
         self.fed: list[int] = []  # sequence length each row had when its last proposal was drafted
 
     def admit(self, row: Row, prefill: Any) -> None:
@@ -123,8 +120,7 @@ class DraftModelProposer(Proposer):
             use_cache=True,
             logits_to_keep=1,
         )
-        self.cache = join(self.cache, cache)
-        self.lengths.append(len(row.request.prompt))
+        self.rows.add(cache, len(row.request.prompt))
         self.fed.append(0)
         row.state = {"proposed": 0, "accepted": 0}
 
@@ -134,23 +130,14 @@ class DraftModelProposer(Proposer):
         if steps <= 0:
             return [Draft() for _ in rows]
         seqs = [row.sequence for row in rows]
-        feeds = [s[n:] for s, n in zip(seqs, self.lengths, strict=True)]
+        feeds = [s[n:] for s, n in zip(seqs, self.rows.lengths, strict=True)]
         sampled = not all(row.run.config.sampling.greedy for row in rows)
         tokens: list[list[int]] = [[] for _ in rows]
         probs: list[list[torch.Tensor]] = [[] for _ in rows]
         for _ in range(steps):
-            start = cache_length(self.cache)
-            blocks = [Block.chain(f) for f in feeds]
-            ids, pos, mask = block_inputs(self.draft, self.lengths, blocks, start, 0, self.dtype, self.device)
-            logits = self.draft(
-                input_ids=ids,
-                position_ids=pos,
-                attention_mask=mask,
-                past_key_values=self.cache,
-                use_cache=True,
-            ).logits
-            last = logits[torch.arange(len(rows)), torch.tensor([len(f) - 1 for f in feeds])]  # [B, V]
-            self.lengths = compact(self.cache, start, self.lengths, [list(range(len(f))) for f in feeds])
+            logits, _, _ = self.rows.forward([Block.chain(f) for f in feeds], pad_id=0, hidden=False)
+            last = torch.stack([lg[-1] for lg in logits])  # [B, V]: each row's next-token logits
+            self.rows.keep([list(range(len(f))) for f in feeds])
             if sampled:
                 picks = []
                 for b, row in enumerate(rows):
@@ -184,16 +171,12 @@ class DraftModelProposer(Proposer):
             accepted = len(path) - 1
             row.state["accepted"] += accepted
             if self.fed[b]:  # valid: the sequence drafted from, then the accepted drafts the draft fed
-                self.lengths[b] = min(self.lengths[b], self.fed[b] + accepted)
+                self.rows.lengths[b] = min(self.rows.lengths[b], self.fed[b] + accepted)
                 self.fed[b] = 0
 
     def retain(self, keep: Sequence[int]) -> None:
-        self.lengths = [self.lengths[i] for i in keep]
         self.fed = [self.fed[i] for i in keep]
-        if keep:
-            select(self.cache, keep, self.lengths)
-        else:
-            self.cache = None
+        self.rows.retain(keep)
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         st = row.state or {}
