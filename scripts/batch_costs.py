@@ -57,7 +57,13 @@ def main() -> None:
     ap.add_argument("--out", default="results/batch_costs.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    out = {"hardware": hardware.describe(), "context": a.context, "dtype": a.dtype, "path": a.path, "models": {}}
+    out = {
+        "hardware": hardware.describe(),
+        "context": a.context,
+        "dtype": a.dtype,
+        "path": a.path,
+        "models": {},
+    }
     for name in a.model:
         m = load_model(name, a.dtype, threads=a.threads, path=a.path).model
         table = {}
