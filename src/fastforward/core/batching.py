@@ -89,12 +89,11 @@ class Request:
 
 @dataclass
 class Row:
-    """A running request: its committed state (``run``), how many target-cache slots hold its tokens
-    (``length``: prompt + committed tokens except the anchor) and the proposer's per-row ``state``."""
+    """A running request: its committed state (``run``) and the proposer's per-row ``state``; how many
+    cache slots hold its tokens is the layout's business (:mod:`fastforward.core.ragged`)."""
 
     request: Request
     run: Run
-    length: int
     generator: torch.Generator | None
     state: Any = None
 
@@ -318,7 +317,7 @@ class BatchDecoder:
         req.admitted_at = time.perf_counter()
         stats = DecodeStats(method=self.name, prompt_tokens=len(req.prompt))
         run = Run(req.config, stats, self._emitter(req))
-        row = Row(req, run, len(req.prompt), make_generator(req.config.sampling, self.device))
+        row = Row(req, run, make_generator(req.config.sampling, self.device))
         cache = new_cache(self.model)
         ids = torch.tensor([req.prompt], device=self.device)
         t0 = time.perf_counter()
@@ -349,12 +348,11 @@ class BatchDecoder:
             Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
             for r, d in zip(rows, drafts, strict=True)
         ]
-        logits, hidden, fed = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
+        logits, argmax, hidden, fed = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
         self.stats.forwards += 1
         self.stats.row_steps += len(rows)
         self.stats.nodes_fed += fed
         self.stats.real_nodes += sum(len(b.tokens) for b in blocks)
-        argmax = [lg.argmax(-1).tolist() for lg in logits]
         paths: list[list[int]] = []
         alive: list[bool] = []
         for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
@@ -373,8 +371,6 @@ class BatchDecoder:
             ok = self._commit(row, [blk.tokens[i] for i in path[1:]] + [extra])
             alive.append(ok and not row.run.done)
         self.layout.keep(paths)
-        for row, n in zip(rows, self.layout.lengths, strict=True):
-            row.length = n
         self.proposer.observe(rows, drafts, paths, argmax, hidden)
         if not all(alive):
             keep = [i for i, a in enumerate(alive) if a]

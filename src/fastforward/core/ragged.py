@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache
@@ -48,6 +49,20 @@ class Block:
 
 def chain_parents(k: int) -> list[int]:
     return list(range(-1, k - 1))
+
+
+def block_geometry(blk: Block) -> tuple[list[int], torch.Tensor]:
+    """Depth of every node below the anchor and which nodes each node sees ([m, m] bool): a lower
+    triangle for a chain, ancestors for a tree."""
+    m = len(blk.tokens)
+    if blk.parents == chain_parents(m):
+        return list(range(m)), torch.ones(m, m, dtype=torch.bool).tril()
+    return tree_depths(blk.parents), tree_visibility(blk.parents)
+
+
+def _on(mask: Mask, device: torch.device | str) -> Mask:
+    """The model's mask (a tensor, or per-layer-type dict of them) moved to ``device``."""
+    return {key: v.to(device) for key, v in mask.items()} if isinstance(mask, dict) else mask.to(device)
 
 
 def block_inputs(
@@ -78,20 +93,14 @@ def block_inputs(
     for r, (n, blk) in enumerate(zip(lengths, blocks, strict=True)):
         m = len(blk.tokens)
         ids[r, :m] = torch.tensor(blk.tokens, dtype=torch.long)
-        if blk.parents == chain_parents(m):
-            depths, vis = list(range(m)), torch.ones(m, m, dtype=torch.bool).tril()
-        else:
-            depths, vis = tree_depths(blk.parents), tree_visibility(blk.parents)
+        depths, vis = block_geometry(blk)
         pos[r, :m] = torch.tensor(depths, dtype=torch.long) + n
         pos[r, m:] = n
         allowed[r, :, :n] = True
         allowed[r, :, cache_len:] = eye
         allowed[r, :m, cache_len : cache_len + m] = vis
     kv_pos = torch.cat([torch.arange(cache_len)[None].expand(b, cache_len), pos], dim=1)
-    mask = model_mask(model, allowed, pos, kv_pos, dtype)
-    if isinstance(mask, dict):
-        return ids.to(device), pos.to(device), {key: v.to(device) for key, v in mask.items()}
-    return ids.to(device), pos.to(device), mask.to(device)
+    return ids.to(device), pos.to(device), _on(model_mask(model, allowed, pos, kv_pos, dtype), device)
 
 
 def compact(
@@ -160,6 +169,17 @@ def select(cache: DynamicCache, rows: Sequence[int], lengths: Sequence[int]) -> 
 # --------------------------------------------------------------------------- the two layouts
 
 
+class Verified(NamedTuple):
+    """What one layout forward gives back, per row b (its ``m_b`` block nodes): ``logits[b]`` [m_b, V],
+    ``argmax[b]`` the greedy token after every node (one argmax over the whole forward), ``hidden[b]`` the
+    last hidden states [m_b, d] (None unless asked), and ``fed``: positions fed, padding included."""
+
+    logits: list[torch.Tensor]
+    argmax: list[list[int]]
+    hidden: list[torch.Tensor] | None
+    fed: int
+
+
 class PaddedRows:
     """Rows side by side, ``[B, k]`` forwards: every row fed as wide as the widest block (pad nodes attend
     only to themselves and are dropped), the cache ``[B, H, max_len, D]`` compacted after every step
@@ -177,11 +197,8 @@ class PaddedRows:
         self.cache = join(self.cache, cache)
         self.lengths.append(length)
 
-    def forward(
-        self, blocks: Sequence[Block], pad_id: int, hidden: bool
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, int]:
-        """One forward over every row's block: per-row logits [m_b, V], hidden states [m_b, d] (or None),
-        and the number of positions fed (padding included)."""
+    def forward(self, blocks: Sequence[Block], pad_id: int, hidden: bool) -> Verified:
+        """One forward over every row's block."""
         m = self.model
         dtype, device = next(m.parameters()).dtype, next(m.parameters()).device
         self._start = cache_length(self.cache)
@@ -192,8 +209,9 @@ class PaddedRows:
         )  # fmt: skip
         sizes = [len(b.tokens) for b in blocks]
         logits = [out.logits[r, :n] for r, n in enumerate(sizes)]
+        argmax = [a[:n] for a, n in zip(out.logits.argmax(-1).tolist(), sizes, strict=True)]
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
-        return logits, states, ids.numel()
+        return Verified(logits, argmax, states, ids.numel())
 
     def keep(self, paths: Sequence[Sequence[int]]) -> None:
         self.lengths = compact(self.cache, self._start, self.lengths, paths)
@@ -240,9 +258,8 @@ class PackedRows:
         self.slots.append(list(range(start, start + length)))
         self.slot_pos += list(range(length))
 
-    def forward(
-        self, blocks: Sequence[Block], pad_id: int, hidden: bool
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, int]:
+    def forward(self, blocks: Sequence[Block], pad_id: int, hidden: bool) -> Verified:
+        """One forward over every row's block (``pad_id`` unused: nothing is padded)."""
         m = self.model
         dtype, device = next(m.parameters()).dtype, next(m.parameters()).device
         start = cache_length(self.cache)
@@ -255,10 +272,7 @@ class PackedRows:
         self._offsets = []
         for blk, slots in zip(blocks, self.slots, strict=True):
             k = len(blk.tokens)
-            if blk.parents == list(range(-1, k - 1)):
-                depths, vis = list(range(k)), torch.ones(k, k, dtype=torch.bool).tril()
-            else:
-                depths, vis = tree_depths(blk.parents), tree_visibility(blk.parents)
+            depths, vis = block_geometry(blk)
             ids += blk.tokens
             pos += [len(slots) + d for d in depths]
             allowed[0, off : off + k].index_fill_(1, torch.tensor(slots, dtype=torch.long), True)
@@ -267,21 +281,18 @@ class PackedRows:
             off += k
         q_pos = torch.tensor([pos], dtype=torch.long)
         kv_pos = torch.tensor([self.slot_pos + pos], dtype=torch.long)
-        mask = model_mask(m, allowed, q_pos, kv_pos, dtype)
-        mask = {key: v.to(device) for key, v in mask.items()} if isinstance(mask, dict) else mask.to(device)
+        mask = _on(model_mask(m, allowed, q_pos, kv_pos, dtype), device)
         out = m(
             input_ids=torch.tensor([ids], device=device), position_ids=q_pos.to(device), attention_mask=mask,
             past_key_values=self.cache, use_cache=True, output_hidden_states=hidden,
         )  # fmt: skip
         self._start = start
         self.slot_pos += pos
-        logits = [out.logits[0, o : o + k] for o, k in zip(self._offsets, sizes, strict=True)]
-        states = (
-            [out.hidden_states[-1][0, o : o + k] for o, k in zip(self._offsets, sizes, strict=True)]
-            if hidden
-            else None
-        )
-        return logits, states, n
+        spans = [(o, o + k) for o, k in zip(self._offsets, sizes, strict=True)]
+        flat = out.logits[0].argmax(-1).tolist()
+        logits = [out.logits[0, a:b] for a, b in spans]
+        states = [out.hidden_states[-1][0, a:b] for a, b in spans] if hidden else None
+        return Verified(logits, [flat[a:b] for a, b in spans], states, n)
 
     def keep(self, paths: Sequence[Sequence[int]]) -> None:
         for slots, off, path in zip(self.slots, self._offsets, paths, strict=True):

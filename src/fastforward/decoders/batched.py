@@ -135,21 +135,16 @@ class DraftModelProposer(Proposer):
         tokens: list[list[int]] = [[] for _ in rows]
         probs: list[list[torch.Tensor]] = [[] for _ in rows]
         for _ in range(steps):
-            logits, _, _ = self.rows.forward([Block.chain(f) for f in feeds], pad_id=0, hidden=False)
-            last = torch.stack([lg[-1] for lg in logits])  # [B, V]: each row's next-token logits
+            out = self.rows.forward([Block.chain(f) for f in feeds], pad_id=0, hidden=False)
             self.rows.keep([list(range(len(f))) for f in feeds])
+            picks = [am[-1] for am in out.argmax]  # greedy rows: the draft's top token after the feed
             if sampled:
-                picks = []
                 for b, row in enumerate(rows):
                     cfg = row.run.config.sampling
-                    if cfg.greedy:
-                        picks.append(int(last[b].argmax()))
-                        continue
-                    q = processed_probs(last[b], cfg)
-                    picks.append(int(sample_from(q, row.generator)))
-                    probs[b].append(q)
-            else:
-                picks = last.argmax(-1).tolist()
+                    if not cfg.greedy:
+                        q = processed_probs(out.logits[b][-1], cfg)
+                        picks[b] = int(sample_from(q, row.generator))
+                        probs[b].append(q)
             for b in range(len(rows)):
                 tokens[b].append(int(picks[b]))
             feeds = [[t] for t in picks]
