@@ -39,6 +39,21 @@ def accelerator() -> Accelerator:
     return Accelerator(cpu=no_cuda())
 
 
+def shutdown(finished: bool = True) -> None:
+    """End this process's part of a launched job: wait for every rank, then tear the process group down.
+
+    Left to interpreter exit, the teardown races: rank 0 hosts the rendezvous store, and when it exits
+    first a peer still closing its gloo connections can abort ("terminate called without an active
+    exception", SIGABRT) and fail a job whose work had finished. After an error (``finished=False``) the
+    other ranks may be inside some other collective, so there is no barrier to meet: only the local
+    teardown. A no-op outside a launch."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        if finished:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
 def shard(items: Sequence[T], rank: int, world: int) -> list[T]:
     """This rank's share of ``items``: every ``world``-th one from ``rank`` (disjoint, together complete)."""
     if not 0 <= rank < world:

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--version"]:  # without importing every command
         print(f"fastforward {__version__}")
         return 0
+    finished = False
     try:
         args = build_parser(_command(argv)).parse_args(argv)
         check_args(args)
@@ -85,13 +86,20 @@ def main(argv: list[str] | None = None) -> int:
 
             hf_logging.set_verbosity_error()
             hf_logging.disable_progress_bar()
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        finished = True
+        return code
     except FastForwardError as e:
         print(f"fastforward: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fastforward: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if "torch.distributed" in sys.modules:  # else there is no process group to end
+            from fastforward.distributed import shutdown
+
+            shutdown(finished)
 
 
 if __name__ == "__main__":
