@@ -37,12 +37,12 @@ class OracleState:
         assert hidden.shape[0] == len(tokens) - (1 if not self.tokens else 0)
         self.tokens += tokens
 
-    def propose(self, top_k: int):
+    def propose(self, top_k: int, depth: int | None = None):
         import torch
 
         o, n = self.oracle, len(self.tokens)
         rows = []
-        for k, rank in enumerate(o.ranks):
+        for k, rank in enumerate(o.ranks[:depth]):
             true = o.reference[n + k] if n + k < len(o.reference) else 0
             row = [(true + 1 + r) % o.vocab for r in range(top_k)]
             if rank < top_k:
@@ -62,6 +62,8 @@ def _reference(model, prompt: list[int], n: int, eos=()) -> list[int]:
         ([0, 0, 1, 0], "default", 5),  # the right path leaves the chain at depth 3: (0, 0, 1, 0)
         ([1, 5, 5, 5], "default", 2),  # only (1,) is right: the cache keeps a non-prefix path
         ([0, 0, 1, 0], "chain", 3),  # the chain stops where the oracle leaves rank 0
+        ([0, 0, 0, 0], "auto", None),  # cost-sized trees: exact whatever tree each step picks
+        ([1, 0, 2, 0], "auto", None),
     ],
 )
 def test_oracle_drafts_commit_exactly_the_ar_tokens_on_tiny(ranks, tree, per_forward):
@@ -71,6 +73,10 @@ def test_oracle_drafts_commit_exactly_the_ar_tokens_on_tiny(ranks, tree, per_for
     dec = ChimeraDecoder(tiny.model, OracleDraft(ref, ranks, 512), ChimeraOptions(tree=tree))
     res = dec.generate(prompt, greedy_config(n))
     assert res.tokens == ref[len(prompt) :]
+    if per_forward is None:  # auto: the sizer learns the oracle's ranks, so most steps commit several
+        assert res.stats.extras["tree"] == "auto"
+        assert res.stats.mean_accepted_tokens > 2.0
+        return
     assert res.stats.accepted_per_step[0] == 1  # the prefill
     assert res.stats.accepted_per_step[1:-1] == [per_forward] * (len(res.stats.accepted_per_step) - 2)
     assert sum(res.stats.accepted_per_step) == n

@@ -85,6 +85,10 @@ def test_teacher_forced_training_pass_equals_inference_chain(variant):
         assert torch.equal(top_ids[k], ref.indices)
         assert torch.allclose(top_p[k], ref.values, atol=1e-5)
     assert (state.cache.lookups > 0) == (variant != "medusa")  # Medusa heads read no trigrams
+    with torch.no_grad():  # a shallow tree runs only its first heads, which propose what they did before
+        short, short_p = state.propose(5, force=ids[0, n + 1 : n + 3].tolist(), depth=2)
+    assert short.shape == (2, 5) and torch.equal(short, top_ids[:2])
+    assert torch.allclose(short_p, top_p[:2])
 
 
 def test_untrained_heads_predict_through_the_lm_head_and_own_vocab_starts_equal():

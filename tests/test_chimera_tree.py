@@ -1,11 +1,22 @@
-"""The static tree: construction, its mask and positions, and longest-path acceptance on hand-made logits."""
+"""Trees: construction, mask and positions, longest-path acceptance on hand-made logits, and the cost-sized
+tree of ``tree=auto`` (which tree the measured acceptance and costs call for, and how acceptance is counted)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fastforward.chimera.tree import build_tree, chain_tree, default_tree, tree_tokens
+from fastforward.chimera.tree import (
+    AcceptanceStats,
+    TreeSizer,
+    best_tree,
+    build_tree,
+    candidate_paths,
+    chain_tree,
+    default_tree,
+    path_probability,
+    tree_tokens,
+)
 from fastforward.core.acceptance import accept_tree as accept_greedy
 from fastforward.core.acceptance import accept_tree_typical as accept_typical
 from fastforward.core.acceptance import longest_path
@@ -89,3 +100,84 @@ def test_typical_acceptance_on_hand_made_distributions():
     assert accept_typical(tokens, parents, probs, eps=0.09, alpha=0.3) == [0, 1, 3]
     # eps caps the threshold: with alpha huge, threshold = eps = 0.3 > 0.25 -> nothing accepted
     assert accept_typical(tokens, parents, probs, eps=0.3, alpha=100.0) == [0]
+
+
+def _rates(depth: int, top1: float, others: float, ranks: int = 4) -> list[list[float]]:
+    return [[top1] + [others] * (ranks - 1) for _ in range(depth)]
+
+
+def test_best_tree_is_the_exhaustive_optimum_and_a_valid_tree():
+    q = [[0.7, 0.15, 0.05, 0.02], [0.6, 0.2, 0.05, 0.01], [0.5, 0.2, 0.1, 0.05]]
+    verify = lambda k: 20.0 + 1.5 * k  # noqa: E731
+    tree, rate = best_tree(q, verify, lambda depth: 3.0, 31)
+    ranked = sorted((path_probability(p, q) for p in candidate_paths(3, 4)), reverse=True)
+    exhaustive = max((1 + sum(ranked[:n])) / (3.0 + verify(n + 1)) for n in range(1, 32))
+    assert rate == pytest.approx(exhaustive)
+    assert build_tree(tree.paths) == tree  # every node's parent is in it
+    assert (0,) in tree.paths and (0, 0) in tree.paths
+
+
+def test_costlier_verify_widths_give_smaller_trees():
+    q = _rates(4, 0.6, 0.1)
+    draft = lambda depth: 2.0  # noqa: E731
+    flat = best_tree(q, lambda k: 30.0, draft, 31)[0]  # a wide forward costs what a narrow one does
+    steep = best_tree(q, lambda k: 30.0 * k, draft, 31)[0]  # every token costs a full forward
+    medium = best_tree(q, lambda k: 30.0 + 2.5 * k, draft, 31)[0]
+    assert flat.size == 32  # every candidate is worth verifying for free
+    assert steep.size == 2  # only the likeliest node: more would cost a forward each
+    assert steep.size < medium.size < flat.size
+    assert medium.paths[0] == (0,)
+
+
+def test_costlier_heads_give_shallower_trees():
+    q, verify = _rates(4, 0.7, 0.05), lambda k: 30.0 + 0.5 * k  # noqa: E731
+    cheap = best_tree(q, verify, lambda depth: 1.0 + 0.1 * depth, 31)[0]
+    costly = best_tree(q, verify, lambda depth: 1.0 + 8.0 * depth, 31)[0]
+    assert cheap.max_depth == 4 and costly.max_depth < 4
+
+
+def test_higher_acceptance_gives_deeper_trees():
+    verify = lambda k: 30.0 + 2.0 * k  # noqa: E731
+    draft = lambda depth: 2.0  # noqa: E731
+    weak = best_tree(_rates(4, 0.2, 0.05), verify, draft, 31)[0]
+    strong = best_tree(_rates(4, 0.9, 0.02), verify, draft, 31)[0]
+    assert strong.max_depth == 4 and weak.max_depth < strong.max_depth
+    with pytest.raises(ValueError):
+        best_tree([], verify, draft, 4)
+
+
+def test_acceptance_stats_count_every_rank_up_to_the_reached_depth():
+    stats = AcceptanceStats(depth=3, ranks=3, prior=0.4, prior_n=4.0, decay=1.0)
+    top_ids = [[10, 11, 12], [20, 21, 22], [30, 31, 32]]
+    stats.observe([11, 99], top_ids)  # depth 0 took rank 1; depth 1 (the target's own token) matched none
+    assert stats.trials == [1.0, 1.0, 0.0]
+    stats.observe([10, 20, 30], top_ids[:1])  # only head 0 ran: deeper depths are not scored
+    assert stats.trials == [2.0, 1.0, 0.0]
+    stats.hits[0][0] = 0.0
+    assert stats.hits[0] == [0.0, 1.0, 0.0] and stats.hits[1] == [0.0, 0.0, 0.0]
+    q = stats.rates()
+    assert q[0][1] == pytest.approx((1 + 4 * 0.4 / 2) / (2 + 4))
+    assert q[2][0] == pytest.approx(0.4)  # unseen depth: the prior
+    for _ in range(200):
+        stats.observe([10, 20, 30], top_ids)
+    assert stats.rates()[0][0] == pytest.approx((200 + 1.6) / (202 + 4))
+    always = AcceptanceStats(depth=1, ranks=2, prior=1.0, decay=0.9)
+    always.observe([5], [[5, 6]])
+    assert always.rates()[0] == [0.999, pytest.approx(2.0 / 5.0)]  # clipped: a child stays below its parent
+
+
+def test_tree_sizer_follows_measured_costs_and_acceptance():
+    sizer = TreeSizer(lambda k: 10.0 + k, depth=4, ranks=4, max_nodes=31)
+    top_ids = [[1, 2, 3, 4]] * 4
+    first = sizer.tree()
+    for _ in range(40):  # the top-1 chain is always right; verify runs at 4x the curve
+        sizer.observe([1, 1, 1, 1, 1], top_ids, 5, propose_ms=2.0, observe_ms=0.5, verify_ms=4 * (10.0 + 5))
+    assert sizer.scale == pytest.approx(4.0, rel=1e-3)
+    assert sizer.draft_ms(4) == pytest.approx(0.5 + 4 * 0.5, rel=1e-3)  # 2 ms over 4 heads
+    chain = sizer.tree()
+    assert chain.paths[:4] == ((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0))
+    assert chain.size < first.size or chain.max_depth == 4
+    for _ in range(60):  # the first head stops being right: the tree shrinks to a node or two
+        sizer.observe([7], top_ids[:1], 2, propose_ms=0.5, observe_ms=0.5, verify_ms=4 * 12.0)
+    assert sizer.stats.rates()[0][0] < 0.3
+    assert sizer.tree().size <= 3 < chain.size

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,31 @@ def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int 
             times.append((time.perf_counter() - t) * 1e3)
         rollback(cache, context)
     return sorted(times)[len(times) // 2]
+
+
+def measure_curve(model: torch.nn.Module, ks: tuple[int, ...] = KS, context: int = 128) -> list[dict]:
+    """``k, ms`` records for a bare model (no name or dtype to cache under): what a decoder measures for
+    itself when it was built without the per-machine cached curve."""
+    return [{"k": k, "ms": forward_ms(model, k, context, repeats=3)} for k in sorted(set(ks) | {1})]
+
+
+def interpolate(curve: list[dict]) -> Callable[[int], float]:
+    """ms(k) for any k >= 1 from a measured curve: linear between measured points, and past the widest one
+    along the last segment's slope (a forward's cost keeps growing with k)."""
+    pts = sorted((int(r["k"]), float(r["ms"])) for r in curve)
+    if not pts:
+        raise ValueError("an empty cost curve")
+
+    def ms(k: int) -> float:
+        if k <= pts[0][0] or len(pts) == 1:
+            return pts[0][1] if k <= pts[0][0] else pts[0][1] * k / pts[0][0]
+        for (k0, m0), (k1, m1) in zip(pts, pts[1:], strict=False):
+            if k <= k1:
+                return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
+        (k0, m0), (k1, m1) = pts[-2], pts[-1]
+        return m1 + (m1 - m0) * (k - k1) / (k1 - k0)
+
+    return ms
 
 
 def cost_curve(

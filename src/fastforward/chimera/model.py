@@ -392,11 +392,17 @@ class DraftState:
         subset = self.draft.subset
         return index if subset is None else subset.to_full(index)
 
-    def propose(self, top_k: int, force: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the K heads as a top-1 chain. Returns ids [K, top_k] and their draft probabilities [K, top_k].
+    def propose(
+        self, top_k: int, force: list[int] | None = None, depth: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the heads as a top-1 chain. Returns ids [D, top_k] and their draft probabilities [D, top_k].
 
-        ``force`` (K - 1 tokens) replaces the top-1 chain, as in teacher-forced training (tests, analysis)."""
+        ``depth`` (D, default all K heads): only the first D heads, for a tree no deeper than D (each head
+        costs a context-block attention and an LM head). ``force`` (K - 1 tokens) replaces the top-1 chain,
+        as in teacher-forced training (tests, analysis)."""
         draft, kk = self.draft, self.draft.cfg.num_heads
+        if depth is not None:
+            kk = max(1, min(kk, depth))
         if self.last_h is None:
             raise ValueError("observe() the prompt's target states before proposing")
         dtype = draft.heads[0].w1.weight.dtype

@@ -11,7 +11,7 @@ chain reuse head k's top-k computed for the top-1 prefix: the same approximation
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -77,3 +77,151 @@ def tree_tokens(tree: Tree, root: int, top_ids: torch.Tensor) -> list[int]:
     """Tokens of every node. top_ids: [K, k] head k's candidates by rank. -> [N + 1] ids (root first)."""
     ids = top_ids.tolist()
     return [int(root)] + [int(ids[len(p) - 1][p[-1]]) for p in tree.paths]
+
+
+# --------------------------------------------------------------------------- trees sized from measured costs
+
+
+def candidate_paths(depth: int, ranks: int) -> list[Path]:
+    """Every path of at most ``depth`` nodes whose ranks are below ``ranks`` (the nodes a tree may hold)."""
+    level: list[Path] = [()]
+    out: list[Path] = []
+    for _ in range(depth):
+        level = [p + (r,) for p in level for r in range(ranks)]
+        out.extend(level)
+    return out
+
+
+def path_probability(path: Path, q: Sequence[Sequence[float]]) -> float:
+    """How likely the target accepts every node of ``path``: the product of ``q[d][rank]``, the chance that
+    head d's candidate of that rank is the target's token once the path reached depth d (the Medusa-style
+    independence that the static tree also assumes)."""
+    p = 1.0
+    for d, r in enumerate(path):
+        p *= q[d][r]
+    return p
+
+
+def best_tree(
+    q: Sequence[Sequence[float]],
+    verify_ms: Callable[[int], float],
+    draft_ms: Callable[[int], float],
+    max_nodes: int,
+) -> tuple[Tree, float]:
+    """The tree with the most expected committed tokens per millisecond, and that rate.
+
+    A tree of n drafted nodes commits 1 + the sum of its nodes' acceptance probabilities per step (the
+    target's own token plus every accepted node) and costs ``draft_ms(depth) + verify_ms(n + 1)``: the draft
+    runs one head per level. For a depth limit D and a size n the best tree holds the n likeliest paths of
+    at most D nodes, and those always form a tree: a child is never likelier than its parent (every factor
+    of the product is < 1; ties go to the shorter path). So the search is one sort and a scan over n per D.
+    On a CPU where a wider verify costs more, this keeps the tree as small as acceptance justifies instead
+    of the fixed 25 nodes that pay only where a wide forward is nearly free."""
+    if not q or max_nodes < 1:
+        raise ValueError("need at least one head and one node")
+    scored = sorted(
+        ((path_probability(p, q), p) for p in candidate_paths(len(q), len(q[0]))),
+        key=lambda sp: (-sp[0], len(sp[1]), sp[1]),
+    )
+    best: tuple[float, int, list[Path]] = (-1.0, 0, [])
+    for depth in range(1, len(q) + 1):
+        paths = [p for _, p in scored if len(p) <= depth][:max_nodes]
+        probs = [prob for prob, p in scored if len(p) <= depth][:max_nodes]
+        expected, cost = 1.0, draft_ms(depth)
+        for n, prob in enumerate(probs, start=1):
+            expected += prob
+            rate = expected / (cost + verify_ms(n + 1))
+            if rate > best[0]:
+                best = (rate, n, paths)
+    rate, n, paths = best
+    return build_tree(paths[:n]), rate
+
+
+class AcceptanceStats:
+    """Per request, how often head d's rank-r candidate was the target's token once a step reached depth d.
+
+    Counts decay every step, so the estimate follows the request (prose vs code vs arithmetic), and sit on
+    a prior of ``prior_n`` pseudo-trials at rate ``prior / (r + 1)`` so that a depth the tree has stopped
+    reaching drifts back towards being tried. Every rank of ``top_ids`` is scored whether or not the tree
+    held it, so nodes outside the current tree are still measured."""
+
+    def __init__(
+        self, depth: int, ranks: int, prior: float = 0.4, prior_n: float = 4.0, decay: float = 0.97
+    ) -> None:
+        self.ranks, self.decay = ranks, decay
+        self.prior = [[prior_n * prior / (r + 1) for r in range(ranks)] for _ in range(depth)]
+        self.prior_n = prior_n
+        self.hits = [[0.0] * ranks for _ in range(depth)]
+        self.trials = [0.0] * depth
+
+    def observe(self, committed: Sequence[int], top_ids: Sequence[Sequence[int]]) -> None:
+        """``committed``: this step's tokens (accepted nodes then the target's own), so position d is the
+        target's token at depth d; ``top_ids[d]``: head d's candidates by rank."""
+        for d in range(len(self.trials)):
+            self.trials[d] *= self.decay
+            self.hits[d] = [h * self.decay for h in self.hits[d]]
+        for d in range(min(len(committed), len(self.trials), len(top_ids))):
+            self.trials[d] += 1.0
+            for r in range(self.ranks):
+                if int(top_ids[d][r]) == int(committed[d]):
+                    self.hits[d][r] += 1.0
+
+    def rates(self) -> list[list[float]]:
+        """``q[d][r]``, clipped below 1 so that a child is always less likely than its parent."""
+        return [
+            [min(0.999, (h + a) / (t + self.prior_n)) for h, a in zip(hits, prior, strict=True)]
+            for hits, prior, t in zip(self.hits, self.prior, self.trials, strict=True)
+        ]
+
+
+class TreeSizer:
+    """``tree=auto``: before each step, the tree :func:`best_tree` picks from this request's acceptance
+    (:class:`AcceptanceStats`) and the step's measured costs.
+
+    The verify cost of a width w is the machine's recorded curve ``curve_ms(w)`` (a k-token forward of this
+    model, dtype and kernel path) times a running correction measured on the steps actually taken, which
+    takes in what the curve leaves out: the tree mask, a longer context, acceptance and cache
+    bookkeeping. The draft's cost is running averages of its measured parts: observing the committed
+    tokens, and proposing, per head run (a tree of depth D runs D heads)."""
+
+    def __init__(
+        self,
+        curve_ms: Callable[[int], float],
+        depth: int,
+        ranks: int = 4,
+        max_nodes: int = 31,
+        decay: float = 0.8,
+    ) -> None:
+        self.curve_ms, self.ranks, self.max_nodes, self.decay = curve_ms, ranks, max_nodes, decay
+        self.stats = AcceptanceStats(depth, ranks)
+        self.scale = 1.0
+        # first guesses, replaced by measurements after one step
+        self.head_ms = self.observe_ms = 0.02 * curve_ms(1)
+        self.rate = 0.0  # expected tokens per ms of the last chosen tree
+
+    def verify_ms(self, width: int) -> float:
+        return self.scale * self.curve_ms(width)
+
+    def draft_ms(self, depth: int) -> float:
+        return self.observe_ms + self.head_ms * depth
+
+    def tree(self) -> Tree:
+        tree, self.rate = best_tree(self.stats.rates(), self.verify_ms, self.draft_ms, self.max_nodes)
+        return tree
+
+    def observe(
+        self,
+        committed: Sequence[int],
+        top_ids: Sequence[Sequence[int]],
+        width: int,
+        propose_ms: float,
+        observe_ms: float,
+        verify_ms: float,
+    ) -> None:
+        """One step's outcome: its committed tokens, head d's candidates ``top_ids[d]`` for the heads that
+        ran, the verify width (root included) and the measured milliseconds of each part."""
+        self.stats.observe(committed, top_ids)
+        d = self.decay
+        self.scale = d * self.scale + (1 - d) * verify_ms / max(self.curve_ms(width), 1e-6)
+        self.head_ms = d * self.head_ms + (1 - d) * propose_ms / max(len(top_ids), 1)
+        self.observe_ms = d * self.observe_ms + (1 - d) * observe_ms

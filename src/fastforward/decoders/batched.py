@@ -180,7 +180,9 @@ class DraftModelProposer(Proposer):
 
 class ChimeraProposer(Proposer):
     """Chimera's trained draft per row: the heads' top-k candidates in the static tree; after the verify
-    forward the row's draft state observes the target's hidden states of the accepted nodes."""
+    forward the row's draft state observes the target's hidden states of the accepted nodes. Every row
+    verifies the same static tree (``tree=chain`` or the 25-node one, which ``tree=auto`` also falls back
+    to here: batch-1 sizing from one request's acceptance does not carry over to a shared batch forward)."""
 
     name = "chimera"
     hidden_states = True

@@ -1,7 +1,10 @@
-"""Chimera decoding: the trained draft proposes a static tree, the target verifies it in ONE forward.
+"""Chimera decoding: the trained draft proposes a tree, the target verifies it in ONE forward.
 
-Per step: the draft's heads give top-k candidates (:meth:`DraftState.propose`), arranged in the static tree
-(:mod:`fastforward.chimera.tree`); the target reads [root ; tree] with the tree mask and tree position ids
+Per step: the draft's heads give top-k candidates (:meth:`DraftState.propose`), arranged in a tree
+(:mod:`fastforward.chimera.tree`): by default (``tree=auto``) the one with the most expected tokens per
+millisecond given this request's acceptance so far and this machine's measured cost of a k-token forward
+(on a 2-core CPU a 25-token verify costs ~2x a 1-token one, so the paper's fixed 25-node tree pays only when
+acceptance is high); the target reads [root ; tree] with the tree mask and tree position ids
 (:mod:`fastforward.core.masks`) through its public forward, returning logits and last hidden states; a pure
 function picks the accepted path (``accept=exact``, the default and lossless: greedy tree acceptance at
 temperature 0, recursive rejection sampling over the tree's point-mass candidates when sampling; lossy and
@@ -9,7 +12,8 @@ opt-in: ``accept=typical``, Medusa's rule, and ``accept=consultant``, Consultant
 the tree, the paper's pairing with a self-drafted tree); the KV cache keeps that path contiguously (:func:`keep_positions`); the draft observes the target's
 hidden states of the accepted nodes. Accepted counts include the bonus token the target always adds.
 
-Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chimera``), ``tree=default|chain``,
+Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chimera``), ``tree=auto|default|chain``
+(``default``: the static 25-node tree), ``max_nodes=31`` (auto: most drafted nodes),
 ``accept=exact|typical|consultant`` (``greedy`` is the old name of ``exact``), ``eps`` (typical: 0.09, consultant:
 2.0), ``alpha=0.3`` (typical), ``beta=0.2`` (consultant), ``cache=16384`` (trigram LRU capacity), ``vocab=K``
 (heads score only the K most frequent tokens, :mod:`fastforward.core.vocab`; the ranking saved with the heads
@@ -18,14 +22,23 @@ as ``vocab_counts.pt`` if there is one, else the shared corpus ranking; 0 = the 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from fastforward.bench.costs import KS, cached_curve, interpolate, measure_curve
 from fastforward.chimera.checkpoint import load_draft
 from fastforward.chimera.model import ChimeraDraft, TrigramLRU
-from fastforward.chimera.tree import Tree, chain_tree, default_tree, tree_tokens
+from fastforward.chimera.tree import (
+    Tree,
+    TreeSizer,
+    chain_tree,
+    default_tree,
+    tree_tokens,
+)
 from fastforward.core.acceptance import (
     accept_tree,
     accept_tree_consultant,
@@ -49,7 +62,10 @@ LOSSLESS_RULES = ("exact", "greedy")
 @dataclass(frozen=True)
 class ChimeraOptions:
     heads: str = ""  # directory saved by train-chimera (required)
-    tree: str = opt("default", choices=("default", "chain"))
+    # auto: each step's tree sized from measured costs and this request's acceptance; default: the static
+    # 25-node tree; chain: the top-1 chain
+    tree: str = opt("auto", choices=("auto", "default", "chain"))
+    max_nodes: int = opt(31, min=1)  # tree=auto: most drafted nodes per verify forward
     # exact (lossless; "greedy" is its old name) | typical (lossy) | consultant (lossy)
     accept: str = opt("exact", choices=ACCEPT_RULES)
     eps: float | None = opt(None, min=0.0)  # typical threshold cap (0.09) / consultant EMA-NLL bound (2.0)
@@ -63,7 +79,15 @@ class ChimeraDecoder(Decoder):
     name = "chimera"
     in_all = False  # needs a draft trained for this target (--opt heads=PATH)
 
-    def __init__(self, model: torch.nn.Module, draft: ChimeraDraft, options: ChimeraOptions) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        draft: ChimeraDraft,
+        options: ChimeraOptions,
+        verify_curve: Callable[[int], float] | None = None,
+    ) -> None:
+        """``verify_curve``: ms of a k-token forward of ``model`` on this machine, for ``tree=auto`` (the
+        per-machine cached curve from :func:`build`; measured here, uncached, on first use if not given)."""
         super().__init__(model)
         check_config(options, self.name)
         impl = getattr(model.config, "_attn_implementation", "sdpa")
@@ -75,15 +99,19 @@ class ChimeraDecoder(Decoder):
         self.lossless = options.accept in LOSSLESS_RULES
         # the trigram cache outlives one generation (the paper's lookup table); weights never change here
         self.trigram_cache = TrigramLRU(options.cache)
+        self.verify_curve = verify_curve
+        self._visible: dict[tuple, torch.Tensor] = {}
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        opts, tree, stats, sampling = self.options, self.tree, run.stats, run.config.sampling
+        opts, stats, sampling = self.options, run.stats, run.config.sampling
         gen = make_generator(sampling, self.device)
         state = self.draft.new_state(self.trigram_cache)
         hits0, lookups0 = state.cache.hits, state.cache.lookups
-        visible = tree_visibility(tree.parents)
-        head_hits = [0] * self.draft.cfg.num_heads
+        num_heads = self.draft.cfg.num_heads
+        sizer = self._sizer()
+        head_hits = [0] * num_heads
         accepted_drafts: list[int] = []
+        verified = 0  # tree tokens the target read, root included
         ema = 0.0  # accept=consultant: EMA of the target's NLL after the last committed token
 
         cache, out = self.prefill(prompt_ids, run, output_hidden_states=True)
@@ -93,42 +121,54 @@ class ChimeraDecoder(Decoder):
         with Timer(stats, "draft_time_s"):
             state.observe(prompt_ids[0].tolist() + [token], out.hidden_states[-1][0])
         while not run.done:
+            tree = self.tree if sizer is None else sizer.tree()
+            t0 = time.perf_counter()
             with Timer(stats, "draft_time_s"):
-                top_ids, _ = state.propose(tree.top_k)  # [K, top_k]
+                if sizer is None:
+                    top_ids, _ = state.propose(tree.top_k)  # [K, top_k]
+                else:  # only the heads the tree reaches, every rank the sizer scores
+                    top_ids, _ = state.propose(sizer.ranks, depth=tree.max_depth)
+            t1 = time.perf_counter()
             node_tokens = tree_tokens(tree, token, top_ids)
             out = self.model(
                 input_ids=torch.tensor([node_tokens], device=self.device),
                 position_ids=positions(tree.depths, prefix, self.device),
                 attention_mask=tree_mask(
-                    self.model, visible, tree.depths, prefix, self.model.dtype, self.device
+                    self.model, self._visibility(tree), tree.depths, prefix, self.model.dtype, self.device
                 ),
                 past_key_values=cache,
                 use_cache=True,
                 output_hidden_states=True,
             )
             logits = out.logits[0]  # [N + 1, V]
-            path, token = self._accept(node_tokens, logits, sampling, gen, ema)
+            path, token = self._accept(tree, node_tokens, logits, sampling, gen, ema)
             new = [node_tokens[i] for i in path[1:]] + [token]
             if opts.accept == "consultant":
                 ema = consultant_ema(ema, logits[path], new, opts.beta)
             keep_positions(cache, prefix, path)
             prefix += len(path)
             run.commit(new)
+            verified += tree.size
             accepted_drafts.append(len(path) - 1)
             for d in range(len(path) - 1):
                 head_hits[d] += 1
+            t2 = time.perf_counter()
             if not run.done:
                 with Timer(stats, "draft_time_s"):
                     state.observe(new, out.hidden_states[-1][0, path])
+            if sizer is not None:
+                ms = [(b - a) * 1e3 for a, b in ((t0, t1), (t2, time.perf_counter()), (t1, t2))]
+                sizer.observe(new, top_ids.tolist(), tree.size, *ms)
 
-        hist = [0] * (tree.max_depth + 1)
+        hist = [0] * (num_heads + 1)
         for a in accepted_drafts:
             hist[a] += 1
         # numbers and per-position lists only: the bench sums them over samples
         stats.extras.update(
             {
-                "tree": f"{opts.tree}:{tree.size}",
+                "tree": opts.tree if sizer is not None else f"{opts.tree}:{self.tree.size}",
                 "draft_steps": len(accepted_drafts),
+                "verified_tokens": verified,  # / draft_steps = mean verify width
                 "accepted_drafts_hist": hist,  # [d] = tree forwards that accepted d drafted tokens
                 "trigram_cache_hits": state.cache.hits - hits0,
                 "trigram_cache_lookups": state.cache.lookups - lookups0,
@@ -136,8 +176,24 @@ class ChimeraDecoder(Decoder):
             }
         )
 
+    def _sizer(self) -> TreeSizer | None:
+        """A fresh per-request sizer for ``tree=auto``; None for the static trees."""
+        if self.options.tree != "auto":
+            return None
+        if self.verify_curve is None:
+            self.verify_curve = interpolate(measure_curve(self.model))
+        return TreeSizer(self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes)
+
+    def _visibility(self, tree: Tree) -> torch.Tensor:
+        """The tree's ancestor matrix, built once per distinct tree."""
+        vis = self._visible.get(tree.paths)
+        if vis is None:
+            vis = self._visible[tree.paths] = tree_visibility(tree.parents)
+        return vis
+
     def _accept(
         self,
+        tree: Tree,
         node_tokens: list[int],
         logits: torch.Tensor,
         sampling: SamplingConfig,
@@ -145,7 +201,7 @@ class ChimeraDecoder(Decoder):
         ema: float,
     ) -> tuple[list[int], int]:
         """The accepted path through the tree and the one token the target adds after it."""
-        opts, parents = self.options, self.tree.parents
+        opts, parents = self.options, tree.parents
         if opts.accept in LOSSLESS_RULES:
             if not sampling.greedy:  # lossless in distribution: the candidates are point-mass drafts
                 return accept_tree_sampled(node_tokens, parents, logits, sampling, gen)
@@ -173,7 +229,9 @@ def build(name: str, target, draft, options: dict) -> ChimeraDecoder:
         draft.restrict_vocab(
             subset_for(target.tokenizer, opts.vocab, draft.lm_head.shape[0], target.eos_token_ids, counts)
         )
-    return ChimeraDecoder(target.model, draft, opts)
+    # tree=auto sizes trees from this machine's k-token forward costs: cached per model, dtype and path
+    curve = interpolate(cached_curve(target, ks=KS)) if opts.tree == "auto" else None
+    return ChimeraDecoder(target.model, draft, opts, curve)
 
 
 OPTIONS = ChimeraOptions

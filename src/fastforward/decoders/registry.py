@@ -229,7 +229,9 @@ OPTION_HELP: dict[str, dict[str, str]] = {
     },
     "chimera": {
         "heads": "directory written by `fastforward train-chimera` (required)",
-        "tree": "draft tree: default (branching) or chain",
+        "tree": "auto (each step's tree sized from this machine's measured k-token forward cost and the "
+        "request's acceptance so far), default (the static 25-node tree) or chain",
+        "max_nodes": "tree=auto: most drafted nodes per verify forward",
         "accept": "exact (lossless: greedy, or rejection sampling over the tree; 'greedy' is its old name), "
         "typical or consultant (lossy)",
         "eps": "typical: cap of the acceptance threshold; consultant: bound on the EMA of the target's NLL",
