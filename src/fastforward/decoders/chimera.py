@@ -188,6 +188,8 @@ class ChimeraDecoder(Decoder):
         """The tree's ancestor matrix, built once per distinct tree."""
         vis = self._visible.get(tree.paths)
         if vis is None:
+            if len(self._visible) >= 256:  # trees recur; a long-lived server must not grow without bound
+                self._visible.clear()
             vis = self._visible[tree.paths] = tree_visibility(tree.parents)
         return vis
 
