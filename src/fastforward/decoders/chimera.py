@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 
-from fastforward.bench.costs import KS, cached_curve, interpolate, measure_curve
 from fastforward.chimera.checkpoint import load_draft
 from fastforward.chimera.model import ChimeraDraft, TrigramLRU
 from fastforward.chimera.tree import (
@@ -54,6 +53,7 @@ from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.errors import FastForwardError
+from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 
 ACCEPT_RULES = ("exact", "greedy", "typical", "consultant")
 LOSSLESS_RULES = ("exact", "greedy")

@@ -1,0 +1,111 @@
+"""What a forward over k new tokens of a loaded model costs on this machine, measured and cached.
+
+Every parallel method trades target forwards for wider ones; whether that pays depends on the curve
+ms(k) / ms(1) of the model in the dtype and kernel path used, which differs between CPUs (AVX-512 with
+bf16 instructions: bf16 ~1.1-1.4x at k=16; AVX2 only: bf16 5-11x, fp32 ~2-3x with the default GEMM). So the
+curve is measured, not assumed: once per (model, dtype, path, ISA, torch, threads), cached as JSON under
+``$FASTFORWARD_CACHE/costs``. It lives beside the models because decoders read it too (Chimera sizes its
+trees from it); the choices made from recorded curves are in :mod:`fastforward.bench.costs`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from fastforward.core.cache import new_cache, rollback
+from fastforward.hardware import cpu_isa
+from fastforward.models.kernels import path_of
+from fastforward.models.loading import LoadedModel, cache_root
+
+KS = (1, 2, 4, 8, 16, 32)
+VERIFY_K = 8  # block size a parallel method's verify forward is costed at
+
+
+@torch.inference_mode()
+def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int = 5) -> float:
+    """Median wall time (ms) of one forward over ``k`` new tokens after a cached ``context``-token prefix,
+    logits for every new token (as a verify forward needs). The cache is rolled back after each."""
+    device = next(model.parameters()).device
+    vocab = model.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+    block = torch.randint(0, vocab, (1, k), generator=gen).to(device)
+    cache = new_cache(model)
+    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    pos = torch.arange(context, context + k, device=device)[None]
+    times = []
+    for i in range(repeats + 1):  # the first is a warm-up
+        t = time.perf_counter()
+        model(input_ids=block, position_ids=pos, past_key_values=cache, use_cache=True)
+        if i:
+            times.append((time.perf_counter() - t) * 1e3)
+        rollback(cache, context)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_curve(model: torch.nn.Module, ks: tuple[int, ...] = KS, context: int = 128) -> list[dict]:
+    """``k, ms`` records for a bare model (no name or dtype to cache under): what a decoder measures for
+    itself when it was built without the per-machine cached curve."""
+    return [{"k": k, "ms": forward_ms(model, k, context, repeats=3)} for k in sorted(set(ks) | {1})]
+
+
+def interpolate(curve: list[dict]) -> Callable[[int], float]:
+    """ms(k) for any k >= 1 from a measured curve: linear between measured points, and past the widest one
+    along the last segment's slope (a forward's cost keeps growing with k)."""
+    pts = sorted((int(r["k"]), float(r["ms"])) for r in curve)
+    if not pts:
+        raise ValueError("an empty cost curve")
+
+    def ms(k: int) -> float:
+        if k <= pts[0][0] or len(pts) == 1:
+            return pts[0][1] if k <= pts[0][0] else pts[0][1] * k / pts[0][0]
+        for (k0, m0), (k1, m1) in zip(pts, pts[1:], strict=False):
+            if k <= k1:
+                return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
+        (k0, m0), (k1, m1) = pts[-2], pts[-1]
+        return m1 + (m1 - m0) * (k - k1) / (k1 - k0)
+
+    return ms
+
+
+def cost_curve(
+    loaded: LoadedModel, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
+) -> list[dict]:
+    """Records ``model, dtype, isa, path, k, ms, relative_to_k1`` (the ``cost_curves`` schema)."""
+    ms = {k: forward_ms(loaded.model, k, context, repeats) for k in sorted(set(ks) | {1})}
+    isa, path = cpu_isa(), path_of(loaded.model)
+    return [
+        {"model": loaded.name, "dtype": loaded.dtype, "isa": isa, "path": path, "k": k,
+         "ms": round(ms[k], 3), "relative_to_k1": round(ms[k] / ms[1], 3)}
+        for k in ks
+    ]  # fmt: skip
+
+
+def cache_file(model: str, dtype: str, path: str, context: int = 128) -> Path:
+    key = (
+        f"{model}-{dtype}-{path}-ctx{context}-{cpu_isa()}-torch{torch.__version__}-{torch.get_num_threads()}t"
+    )
+    return cache_root() / "costs" / (re.sub(r"[^A-Za-z0-9.+_-]+", "_", key) + ".json")
+
+
+def cached_curve(
+    loaded: LoadedModel, refresh: bool = False, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
+) -> list[dict]:
+    """The curve from the per-machine cache when it covers ``ks``; measured (and stored) otherwise."""
+    f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model), context)
+    if f.exists() and not refresh:
+        cached = json.loads(f.read_text())
+        if set(ks) <= {r["k"] for r in cached}:
+            return [r for r in cached if r["k"] in ks]
+    curve = cost_curve(loaded, ks, context, repeats)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(curve, indent=1))
+    tmp.replace(f)
+    return curve
