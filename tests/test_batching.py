@@ -216,6 +216,8 @@ def test_methods_without_a_batched_path_say_so():
         batched(JacobiDecoder(tiny.model, JacobiConfig(pool_size=2)))
     with pytest.raises(FastForwardError, match="fixed gamma"):
         batched(build_decoder("pld", tiny, None, {"adaptive": True}))
+    with pytest.raises(FastForwardError, match="drop lookup"):
+        batched(ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(lookup=4)))
 
 
 def test_sampling_rows_stay_within_limits_and_are_seeded():

@@ -160,3 +160,67 @@ def test_reduced_vocabulary_heads_keep_greedy_tree_verification_exact_on_smollm2
     for ids in real_prompts[:3]:
         res = dec.generate(ids, cfg)
         assert res.tokens == ar.generate(ids, cfg).tokens
+
+
+class NeverRight(OracleDraft):
+    """Heads whose candidates are never the target's token: every accepted draft comes from the lookup branch."""
+
+    def __init__(self, vocab: int, heads: int = 4) -> None:
+        super().__init__([], [99] * heads, vocab)
+
+
+@pytest.mark.parametrize("tree", ["auto", "default", "chain"])
+def test_lookup_branch_is_exact_and_its_tokens_are_accepted_where_text_repeats(tree):
+    """A prompt that holds the model's own continuation twice over: prompt lookup proposes the right tokens;
+    the heads never do, so every multi-token step is the grafted branch, and output equals AR exactly."""
+    tiny = make_tiny()
+    seed = list(range(3, 15))
+    cont = _reference(tiny.model, seed, 40)[len(seed) :]
+    prompt = seed + cont + seed  # after the second copy of `seed`, lookup proposes `cont`
+    ref = _reference(tiny.model, prompt, 40)
+    # tree=auto on a flat cost curve: a wider forward costs nothing more, so the branch is always worth it
+    flat = (lambda k: 10.0) if tree == "auto" else None  # noqa: E731
+    dec = ChimeraDecoder(tiny.model, NeverRight(512), ChimeraOptions(tree=tree, lookup=6, ngram_max=4), flat)
+    res = dec.generate(prompt, greedy_config(40))
+    assert res.tokens == ref[len(prompt) :]
+    extras = res.stats.extras
+    assert extras["lookup_steps"] > 0 and extras["lookup_tokens"] > 0
+    hist = extras["accepted_drafts_hist"]  # the heads are never right: every accepted draft is the branch's
+    assert sum(d * n for d, n in enumerate(hist)) == extras["lookup_tokens"]
+    assert res.stats.mean_accepted_tokens > 2.0  # the branch, not the heads, carries the steps
+    off = ChimeraDecoder(tiny.model, NeverRight(512), ChimeraOptions(tree=tree)).generate(
+        prompt, greedy_config(40)
+    )
+    assert off.tokens == res.tokens and off.stats.extras["lookup_steps"] == 0
+    assert off.stats.mean_accepted_tokens < 1.5
+
+
+def test_lookup_branch_with_eos_and_an_untrained_draft_equals_ar_on_tiny():
+    tiny = make_tiny()
+    ar = ARDecoder(tiny.model)
+    dec = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(lookup=5))
+    for seed in range(4):
+        prompt = [(seed * 37 + i * 11) % 500 for i in range(9)] * 2
+        full = ar.generate(prompt, greedy_config(30)).tokens
+        cfg = greedy_config(30, (full[9],))
+        assert dec.generate(prompt, cfg).tokens == ar.generate(prompt, cfg).tokens
+
+
+def test_lookup_branch_keeps_greedy_exact_on_real_prompts(smollm2, real_prompts):
+    """The static tree takes the branch on every step lookup finds one (tree=auto decides by measured time)."""
+    dec = ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions(tree="default", lookup=6))
+    ar = ARDecoder(smollm2.model)
+    cfg = greedy_config(32, smollm2.eos_token_ids)
+    steps = 0
+    for ids in real_prompts[:4]:
+        res = dec.generate(ids, cfg)
+        assert res.tokens == ar.generate(ids, cfg).tokens
+        steps += res.stats.extras["lookup_steps"]
+    assert steps > 0
+
+
+def test_lookup_options_are_checked():
+    with pytest.raises(FastForwardError, match="ngram_min <= ngram_max"):
+        check_config(ChimeraOptions(lookup=4, ngram_min=3, ngram_max=2), "chimera")
+    with pytest.raises(FastForwardError, match="lookup"):
+        check_config(ChimeraOptions(lookup=-1), "chimera")

@@ -14,6 +14,7 @@ from fastforward.chimera.tree import (
     candidate_paths,
     chain_tree,
     default_tree,
+    graft_chain,
     path_probability,
     tree_tokens,
 )
@@ -181,3 +182,33 @@ def test_tree_sizer_follows_measured_costs_and_acceptance():
         sizer.observe([7], top_ids[:1], 2, propose_ms=0.5, observe_ms=0.5, verify_ms=4 * 12.0)
     assert sizer.stats.rates()[0][0] < 0.3
     assert sizer.tree().size <= 3 < chain.size
+
+
+def test_graft_chain_follows_shared_nodes_and_appends_the_rest():
+    tree = build_tree(PATHS)  # root, a, b, a0, a1, b0, a00
+    tokens = [9, 10, 11, 20, 21, 22, 30]  # a=10 b=11 a0=20 a1=21 b0=22 a00=30
+    # the chain agrees with a -> a1, then leaves the tree: 2 new nodes under a1
+    toks, parents, depths = graft_chain(tokens, tree.parents, tree.depths, [10, 21, 40, 41])
+    assert toks == tokens + [40, 41]
+    assert parents == list(tree.parents) + [4, 7]
+    assert depths == list(tree.depths) + [3, 4]
+    vis = tree_visibility(parents)  # still a valid tree: parents before children
+    assert vis[8].nonzero().flatten().tolist() == [0, 1, 4, 7, 8]
+    # a chain the tree already holds adds nothing; one that leaves at the root hangs from the root
+    assert graft_chain(tokens, tree.parents, tree.depths, [10, 20, 30])[0] == tokens
+    toks, parents, depths = graft_chain(tokens, tree.parents, tree.depths, [50, 20])
+    assert (toks[7:], parents[7:], depths[7:]) == ([50, 20], [0, 7], [1, 2])
+    assert graft_chain(tokens, tree.parents, tree.depths, [])[0] == tokens
+
+
+def test_nodes_beside_the_tree_cost_their_width_and_add_their_yield():
+    q, draft = _rates(4, 0.6, 0.1), lambda depth: 2.0  # noqa: E731
+    verify = lambda k: 30.0 + 3.0 * k  # noqa: E731
+    alone, rate = best_tree(q, verify, draft, 31)
+    _, rate_beside = best_tree(q, verify, draft, 31, extra_width=6, extra_tokens=0.0)
+    assert rate_beside < rate  # 6 more nodes that add nothing only cost
+    paid, rate_paid = best_tree(q, verify, draft, 31, extra_width=6, extra_tokens=2.0)
+    assert rate_paid > rate  # a branch that adds 2 tokens per step pays for its 6 nodes here
+    n = paid.size - 1
+    expected = 1 + 2.0 + sum(path_probability(p, q) for p in paid.paths)
+    assert rate_paid == pytest.approx(expected / (2.0 + verify(n + 1 + 6)))

@@ -48,6 +48,10 @@ BUILDERS: dict[str, Callable[[LoadedModel], Decoder]] = {
     "lookahead": lambda t: build_decoder("lookahead", t, None, {"window": 3, "ngram": 3, "candidates": 4}),
     "jacobi": lambda t: build_decoder("jacobi", t, None, {"block_size": 4}),
     "chimera": lambda t: ChimeraDecoder(t.model, new_draft(t.model), ChimeraOptions()),
+    # the heads' top-1 chain plus a prompt-lookup branch grafted where it leaves the chain
+    "chimera-lookup": lambda t: ChimeraDecoder(
+        t.model, new_draft(t.model), ChimeraOptions(tree="chain", lookup=3, ngram_max=2)
+    ),
     # draft-model methods sample through speculative sampling with the draft's q (sd-sample's verifier)
     "sd": lambda t: build_decoder("sd", t, _sharpened(seed=1), {"gamma": 3}),
     "layerskip": lambda t: build_decoder("layerskip", t, None, {"gamma": 3, "layers": 1}),
@@ -108,6 +112,8 @@ def test_method_samples_from_the_target_distribution(
     if "spec_lookup_steps" in extras[0]:  # both drafters of a lookup_first method take turns
         assert sum(e["spec_lookup_steps"] for e in extras) >= N_SAMPLES // 20
         assert sum(e["spec_model_steps"] for e in extras) >= N_SAMPLES // 20
+    if "lookup_tokens" in extras[0] and method.endswith("lookup"):  # the grafted branch is taken and right
+        assert sum(e["lookup_tokens"] for e in extras) >= N_SAMPLES // 20
     assert multi >= N_SAMPLES // 20, f"{method}: only {multi} steps accepted a guess"
     if method not in FEW_REJECTIONS:
         assert single >= N_SAMPLES // 20, f"{method}: only {single} steps rejected every guess"

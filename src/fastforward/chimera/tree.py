@@ -79,6 +79,33 @@ def tree_tokens(tree: Tree, root: int, top_ids: torch.Tensor) -> list[int]:
     return [int(root)] + [int(ids[len(p) - 1][p[-1]]) for p in tree.paths]
 
 
+def graft_chain(
+    tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int], chain: Sequence[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """Add ``chain`` (tokens guessed to follow the root, e.g. by prompt lookup) to a tree as one more branch.
+
+    The chain follows the tree's nodes as far as their tokens agree (those guesses are already verified),
+    and only its remainder becomes new nodes, appended after every existing node as a path hanging from the
+    last shared one; so node indices of the tree are unchanged, parents still come before children, and a
+    node ``>= len(tokens)`` is one that only the chain proposed. Returns the new (tokens, parents, depths)."""
+    tokens, parents, depths = list(tokens), list(parents), list(depths)
+    children: dict[tuple[int, int], int] = {}
+    for i in range(1, len(tokens)):
+        children.setdefault((parents[i], tokens[i]), i)
+    node = 0
+    for j, tok in enumerate(chain):
+        child = children.get((node, int(tok)))
+        if child is None:
+            for t in chain[j:]:
+                parents.append(node)
+                depths.append(depths[node] + 1)
+                tokens.append(int(t))
+                node = len(tokens) - 1
+            break
+        node = child
+    return tokens, parents, depths
+
+
 # --------------------------------------------------------------------------- trees sized from measured costs
 
 
@@ -107,6 +134,8 @@ def best_tree(
     verify_ms: Callable[[int], float],
     draft_ms: Callable[[int], float],
     max_nodes: int,
+    extra_width: int = 0,
+    extra_tokens: float = 0.0,
 ) -> tuple[Tree, float]:
     """The tree with the most expected committed tokens per millisecond, and that rate.
 
@@ -116,7 +145,10 @@ def best_tree(
     at most D nodes, and those always form a tree: a child is never likelier than its parent (every factor
     of the product is < 1; ties go to the shorter path). So the search is one sort and a scan over n per D.
     On a CPU where a wider verify costs more, this keeps the tree as small as acceptance justifies instead
-    of the fixed 25 nodes that pay only where a wide forward is nearly free."""
+    of the fixed 25 nodes that pay only where a wide forward is nearly free.
+
+    ``extra_width`` nodes verified in the same forward besides the tree (a prompt-lookup branch) widen every
+    candidate's forward and add ``extra_tokens`` expected tokens to it."""
     if not q or max_nodes < 1:
         raise ValueError("need at least one head and one node")
     scored = sorted(
@@ -127,10 +159,10 @@ def best_tree(
     for depth in range(1, len(q) + 1):
         paths = [p for _, p in scored if len(p) <= depth][:max_nodes]
         probs = [prob for prob, p in scored if len(p) <= depth][:max_nodes]
-        expected, cost = 1.0, draft_ms(depth)
+        expected, cost = 1.0 + extra_tokens, draft_ms(depth)
         for n, prob in enumerate(probs, start=1):
             expected += prob
-            rate = expected / (cost + verify_ms(n + 1))
+            rate = expected / (cost + verify_ms(n + 1 + extra_width))
             if rate > best[0]:
                 best = (rate, n, paths)
     rate, n, paths = best
@@ -206,8 +238,15 @@ class TreeSizer:
         return self.observe_ms + self.head_ms * depth
 
     def tree(self) -> Tree:
-        tree, self.rate = best_tree(self.stats.rates(), self.verify_ms, self.draft_ms, self.max_nodes)
-        return tree
+        return self.choose()[0]
+
+    def choose(self, extra_width: int = 0, extra_tokens: float = 0.0) -> tuple[Tree, float]:
+        """The best tree and its expected tokens per ms, with ``extra_width`` more nodes in the forward that
+        add ``extra_tokens`` expected tokens (see :func:`best_tree`)."""
+        tree, self.rate = best_tree(
+            self.stats.rates(), self.verify_ms, self.draft_ms, self.max_nodes, extra_width, extra_tokens
+        )
+        return tree, self.rate
 
     def observe(
         self,

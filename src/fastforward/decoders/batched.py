@@ -238,6 +238,10 @@ def proposer_for(decoder: Decoder) -> Proposer:
     if name == "chimera":
         if decoder.options.accept not in ("exact", "greedy"):
             raise FastForwardError("batched chimera verifies exactly: drop accept=typical/consultant")
+        if decoder.options.lookup:
+            raise FastForwardError(
+                "batched chimera verifies the heads' static tree: drop lookup (batch 1 has it)"
+            )
         return ChimeraProposer(decoder.draft, decoder.tree, decoder.trigram_cache)
     if name in ("pld", "sd", "layerskip", "qsd"):
         return _speculative(decoder)

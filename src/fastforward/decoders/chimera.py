@@ -17,7 +17,14 @@ Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chim
 ``accept=exact|typical|consultant`` (``greedy`` is the old name of ``exact``), ``eps`` (typical: 0.09, consultant:
 2.0), ``alpha=0.3`` (typical), ``beta=0.2`` (consultant), ``cache=16384`` (trigram LRU capacity), ``vocab=K``
 (heads score only the K most frequent tokens, :mod:`fastforward.core.vocab`; the ranking saved with the heads
-as ``vocab_counts.pt`` if there is one, else the shared corpus ranking; 0 = the whole vocabulary).
+as ``vocab_counts.pt`` if there is one, else the shared corpus ranking; 0 = the whole vocabulary),
+``lookup=K`` (0 = off): each step also looks the newest tokens up in prompt + output (prompt lookup, suffix
+n-grams of ``ngram_min..ngram_max`` tokens) and grafts up to K tokens that followed their last occurrence onto
+the tree as one more branch, verified in the same forward (:func:`graft_chain`). The draft's heads are weak
+where text repeats itself verbatim (quoted input, lists, code, a small model's own loops) and lookup is free
+there; with ``tree=auto`` the branch is taken only when its measured yield (tokens it added on earlier
+steps) pays for the wider forward. Greedy stays exact and sampling lossless: the branch is point-mass
+guesses judged by the same tree acceptance.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from fastforward.chimera.tree import (
     TreeSizer,
     chain_tree,
     default_tree,
+    graft_chain,
     tree_tokens,
 )
 from fastforward.core.acceptance import (
@@ -52,6 +60,7 @@ from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
+from fastforward.decoders.speculative.drafters import NGramIndex
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 
@@ -73,6 +82,18 @@ class ChimeraOptions:
     beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
     cache: int = opt(16384, min=1)  # trigram LRU capacity
     vocab: int = opt(0, min=0)  # heads over the K most frequent tokens (0 = the whole vocabulary)
+    lookup: int = opt(0, min=0)  # prompt-lookup tokens grafted onto each step's tree (0 = off)
+    ngram_max: int = opt(3, min=1)  # lookup: longest suffix n-gram looked up
+    ngram_min: int = opt(1, min=1)  # lookup: shortest
+
+    def validate(self) -> None:
+        if self.ngram_min > self.ngram_max:
+            raise FastForwardError(f"need ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
+
+
+# lookup branch, tree=auto: prior of the tokens a branch adds per step, how fast the estimate follows the
+# request, and how fast it drifts back to the prior while branches are not taken (so they are tried again)
+LOOKUP_PRIOR, LOOKUP_DECAY, LOOKUP_RELAX = 1.0, 0.8, 0.05
 
 
 class ChimeraDecoder(Decoder):
@@ -120,8 +141,26 @@ class ChimeraDecoder(Decoder):
         run.commit([token])
         with Timer(stats, "draft_time_s"):
             state.observe(prompt_ids[0].tolist() + [token], out.hidden_states[-1][0])
+        prompt = prompt_ids[0].tolist()
+        index = NGramIndex(opts.ngram_max, opts.ngram_min) if opts.lookup else None
+        lookup_gain, lookup_steps, lookup_tokens = LOOKUP_PRIOR, 0, 0
         while not run.done:
-            tree = self.tree if sizer is None else sizer.tree()
+            chain: list[int] = []
+            if index is not None:
+                with Timer(stats, "draft_time_s"):
+                    index.extend(prompt + run.tokens)
+                    chain = index.continuation(opts.lookup)
+            if sizer is None:
+                tree = self.tree
+            else:
+                tree, rate = sizer.choose()
+                if chain:  # the branch only where its yield so far pays for the wider forward
+                    grown, grown_rate = sizer.choose(len(chain), lookup_gain)
+                    if grown_rate > rate:
+                        tree = grown
+                    else:
+                        chain = []
+                        lookup_gain += LOOKUP_RELAX * (LOOKUP_PRIOR - lookup_gain)
             t0 = time.perf_counter()
             with Timer(stats, "draft_time_s"):
                 if sizer is None:
@@ -129,28 +168,39 @@ class ChimeraDecoder(Decoder):
                 else:  # only the heads the tree reaches, every rank the sizer scores
                     top_ids, _ = state.propose(sizer.ranks, depth=tree.max_depth)
             t1 = time.perf_counter()
-            node_tokens = tree_tokens(tree, token, top_ids)
+            node_tokens, parents, depths = tree_tokens(tree, token, top_ids), tree.parents, tree.depths
+            if chain:
+                node_tokens, parents, depths = graft_chain(node_tokens, parents, depths, chain)
             out = self.model(
                 input_ids=torch.tensor([node_tokens], device=self.device),
-                position_ids=positions(tree.depths, prefix, self.device),
+                position_ids=positions(depths, prefix, self.device),
                 attention_mask=tree_mask(
-                    self.model, self._visibility(tree), tree.depths, prefix, self.model.dtype, self.device
+                    self.model,
+                    self._visibility(tuple(parents)),
+                    depths,
+                    prefix,
+                    self.model.dtype,
+                    self.device,
                 ),
                 past_key_values=cache,
                 use_cache=True,
                 output_hidden_states=True,
             )
             logits = out.logits[0]  # [N + 1, V]
-            path, token = self._accept(tree, node_tokens, logits, sampling, gen, ema)
+            path, token = self._accept(parents, node_tokens, logits, sampling, gen, ema)
             new = [node_tokens[i] for i in path[1:]] + [token]
             if opts.accept == "consultant":
                 ema = consultant_ema(ema, logits[path], new, opts.beta)
             keep_positions(cache, prefix, path)
             prefix += len(path)
             run.commit(new)
-            verified += tree.size
+            verified += len(node_tokens)
+            if chain:  # tokens only the branch proposed: nodes grafted after the tree's own
+                gained = sum(1 for i in path if i >= tree.size)
+                lookup_steps, lookup_tokens = lookup_steps + 1, lookup_tokens + gained
+                lookup_gain = LOOKUP_DECAY * lookup_gain + (1 - LOOKUP_DECAY) * gained
             accepted_drafts.append(len(path) - 1)
-            for d in range(len(path) - 1):
+            for d in range(min(len(path) - 1, num_heads)):  # a lookup branch may reach deeper
                 head_hits[d] += 1
             t2 = time.perf_counter()
             if not run.done:
@@ -158,9 +208,9 @@ class ChimeraDecoder(Decoder):
                     state.observe(new, out.hidden_states[-1][0, path])
             if sizer is not None:
                 ms = [(b - a) * 1e3 for a, b in ((t0, t1), (t2, time.perf_counter()), (t1, t2))]
-                sizer.observe(new, top_ids.tolist(), tree.size, *ms)
+                sizer.observe(new, top_ids.tolist(), len(node_tokens), *ms)
 
-        hist = [0] * (num_heads + 1)
+        hist = [0] * (max([num_heads, *accepted_drafts]) + 1)
         for a in accepted_drafts:
             hist[a] += 1
         # numbers and per-position lists only: the bench sums them over samples
@@ -173,6 +223,8 @@ class ChimeraDecoder(Decoder):
                 "trigram_cache_hits": state.cache.hits - hits0,
                 "trigram_cache_lookups": state.cache.lookups - lookups0,
                 "head_accepted": head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
+                "lookup_steps": lookup_steps,  # forwards that verified a prompt-lookup branch
+                "lookup_tokens": lookup_tokens,  # tokens accepted from nodes only that branch proposed
             }
         )
 
@@ -184,18 +236,18 @@ class ChimeraDecoder(Decoder):
             self.verify_curve = interpolate(measure_curve(self.model))
         return TreeSizer(self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes)
 
-    def _visibility(self, tree: Tree) -> torch.Tensor:
-        """The tree's ancestor matrix, built once per distinct tree."""
-        vis = self._visible.get(tree.paths)
+    def _visibility(self, parents: tuple[int, ...]) -> torch.Tensor:
+        """The tree's ancestor matrix, built once per distinct shape."""
+        vis = self._visible.get(parents)
         if vis is None:
             if len(self._visible) >= 256:  # trees recur; a long-lived server must not grow without bound
                 self._visible.clear()
-            vis = self._visible[tree.paths] = tree_visibility(tree.parents)
+            vis = self._visible[parents] = tree_visibility(parents)
         return vis
 
     def _accept(
         self,
-        tree: Tree,
+        parents: tuple[int, ...] | list[int],
         node_tokens: list[int],
         logits: torch.Tensor,
         sampling: SamplingConfig,
@@ -203,7 +255,7 @@ class ChimeraDecoder(Decoder):
         ema: float,
     ) -> tuple[list[int], int]:
         """The accepted path through the tree and the one token the target adds after it."""
-        opts, parents = self.options, tree.parents
+        opts = self.options
         if opts.accept in LOSSLESS_RULES:
             if not sampling.greedy:  # lossless in distribution: the candidates are point-mass drafts
                 return accept_tree_sampled(node_tokens, parents, logits, sampling, gen)

@@ -239,6 +239,10 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "beta": "consultant: weight of the newest token in the EMA of the NLL",
         "cache": "capacity of the trigram LRU cache",
         "vocab": "heads over the K most frequent tokens (0 = whole vocabulary)",
+        "lookup": "prompt-lookup tokens grafted onto each step's tree as one more branch, verified in the "
+        "same forward (0 = off; tree=auto takes the branch only where its measured yield pays)",
+        "ngram_max": "lookup: longest suffix n-gram looked up in prompt + output",
+        "ngram_min": "lookup: shortest suffix n-gram",
     },
 }
 # Defaults that depend on the method or the model, shown instead of the dataclass's None.
