@@ -287,6 +287,9 @@ def test_expected_tokens_and_best_gamma_follow_the_cost_model():
     assert best_gamma(0.9, 0.02, flat, 12) >= 8
     # a draft costing 0.7 of the target, accepted 50%: one token at most pays
     assert best_gamma(0.5, 0.7, flat, 12) == 1
+    # ... and none does when a plain AR step (gamma 0) is allowed: 1.5 tokens for 1.7 forwards
+    assert best_gamma(0.5, 0.7, flat, 12, gamma_min=0) == 0
+    assert best_gamma(0.9, 0.02, flat, 12, gamma_min=0) >= 8
     # the same cheap draft when each extra verified token costs 30% more (AVX2 default GEMM): shorter
     steep = lambda k: 1.0 + 0.3 * (k - 1)  # noqa: E731
     assert best_gamma(0.9, 0.02, steep, 12) < best_gamma(0.9, 0.02, flat, 12)
@@ -300,7 +303,23 @@ def test_cost_tracker_learns_acceptance_and_costs_within_a_request():
             proposed=4, accepted=0, draft_ms=40.0, verify_ms=10.0
         )  # 10 ms per draft token, all rejected
     assert t.alpha < 0.05 and t.draft_ms == pytest.approx(10.0)
-    assert t.gamma(5, 12) == 1
+    assert t.gamma(5, 12) == 0  # no draft length pays: a plain AR step
+    # a draft as slow as the target never pays, even at the prior's acceptance: it stays off
+    for _ in range(100):
+        t.observe(proposed=0, accepted=0, draft_ms=0.0, verify_ms=9.0)
+    assert t.gamma(0, 12) == 0 and t.alpha == pytest.approx(t.PRIOR, abs=0.01)
+    t = CostTracker()  # a cheap draft (2 ms a token) that is never right: off, then probed again
+    for _ in range(10):
+        t.observe(proposed=4, accepted=0, draft_ms=8.0, verify_ms=10.0)
+    assert t.gamma(5, 12) == 0
+    for _ in range(5):
+        t.observe(proposed=0, accepted=0, draft_ms=0.0, verify_ms=9.0)  # AR steps: drift back to the prior
+    assert t.verify_ms[1] == pytest.approx(9.0, rel=0.05) and 0.05 < t.alpha < t.PRIOR
+    for _ in range(200):
+        if t.gamma(0, 12) > 0:
+            break
+        t.observe(proposed=0, accepted=0, draft_ms=0.0, verify_ms=9.0)
+    assert t.gamma(0, 12) == 1  # probed again once the estimate has drifted far enough
     for _ in range(10):
         t.observe(proposed=4, accepted=4, draft_ms=0.4, verify_ms=10.0)
     assert t.gamma(1, 12) > 4

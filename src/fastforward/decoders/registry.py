@@ -185,7 +185,8 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "adaptive": "adapt gamma: +1 after a fully accepted draft, -1 after a rejection",
         "gamma_max": "upper bound of an adaptive or cost-chosen gamma",
         "gamma_auto": "choose each step's gamma from this request's measured draft and verify costs and its "
-        "acceptance rate (the draft length with the most expected tokens per second)",
+        "acceptance rate (the draft length with the most expected tokens per second; 0, a plain AR step, "
+        "where no draft pays, probed again now and then)",
         "ngram_max": "longest suffix n-gram looked up in the prompt and output",
         "ngram_min": "shortest suffix n-gram looked up (with lookup_first: at least 2)",
         "lookup_first": "draft by prompt lookup where a suffix n-gram (n >= 2) recurs, by the draft model only "

@@ -43,13 +43,16 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
-def best_gamma(alpha: float, draft_cost: float, verify_cost: Callable[[int], float], gamma_max: int) -> int:
+def best_gamma(
+    alpha: float, draft_cost: float, verify_cost: Callable[[int], float], gamma_max: int, gamma_min: int = 1
+) -> int:
     """The draft length with the most expected tokens per unit of time: a step costs ``gamma`` draft
     forwards (``draft_cost`` each) plus one verify forward over ``gamma + 1`` tokens (``verify_cost(k)``),
     all in the same unit. On a CPU where a wide verify costs ~1x a narrow one and the draft is cheap,
-    this is long; with an expensive draft or a low acceptance rate it shrinks to 1."""
+    this is long; with an expensive draft or a low acceptance rate it shrinks to 1, or with
+    ``gamma_min=0`` to 0: a plain AR step, when no draft pays for itself at all."""
     return max(
-        range(1, gamma_max + 1),
+        range(gamma_min, gamma_max + 1),
         key=lambda g: expected_tokens(alpha, g) / (g * draft_cost + verify_cost(g + 1)),
     )
 
@@ -58,11 +61,18 @@ class CostTracker:
     """Running estimates, within one request, of what :func:`best_gamma` needs: the acceptance rate (an
     exponential average of each step's accepted/proposed, starting from an even prior), the draft's cost
     per token and the verify forward's cost per width (ms, exponential averages; an unseen width takes
-    the nearest measured one)."""
+    the nearest measured one).
 
-    def __init__(self, decay: float = 0.7) -> None:
-        self.decay = decay
-        self.alpha = 0.5
+    When no draft length pays (a draft that is slow or rarely right on this text and machine) it returns
+    0 and the step is plain AR, so speculation costs at most its probes; while it is off, each AR step
+    moves the acceptance estimate a little back towards the prior, so the draft is tried again (text
+    changes within a request) about every ``1 / relax`` steps."""
+
+    PRIOR = 0.5
+
+    def __init__(self, decay: float = 0.7, relax: float = 0.05) -> None:
+        self.decay, self.relax = decay, relax
+        self.alpha = self.PRIOR
         self.draft_ms: float | None = None
         self.verify_ms: dict[int, float] = {}
 
@@ -73,6 +83,8 @@ class CostTracker:
         if proposed:
             self.alpha = self._avg(self.alpha, accepted / proposed)
             self.draft_ms = self._avg(self.draft_ms, draft_ms / proposed)
+        else:  # an AR step: nothing learned about the draft; drift back so that it is probed again
+            self.alpha += self.relax * (self.PRIOR - self.alpha)
         k = proposed + 1
         self.verify_ms[k] = self._avg(self.verify_ms.get(k), verify_ms)
 
@@ -83,7 +95,7 @@ class CostTracker:
     def gamma(self, current: int, gamma_max: int) -> int:
         if self.draft_ms is None or not self.verify_ms:
             return current
-        return best_gamma(min(self.alpha, 0.99), self.draft_ms, self.verify_cost, gamma_max)
+        return best_gamma(min(self.alpha, 0.99), self.draft_ms, self.verify_cost, gamma_max, gamma_min=0)
 
 
 @dataclass(frozen=True)
