@@ -212,3 +212,13 @@ def test_nodes_beside_the_tree_cost_their_width_and_add_their_yield():
     n = paid.size - 1
     expected = 1 + 2.0 + sum(path_probability(p, q) for p in paid.paths)
     assert rate_paid == pytest.approx(expected / (2.0 + verify(n + 1 + 6)))
+
+
+def test_an_untimed_sizer_ignores_measured_times():
+    timed, untimed = (TreeSizer(lambda k: 10.0 + k, depth=4, timed=t) for t in (True, False))
+    for sizer in (timed, untimed):
+        for _ in range(20):
+            sizer.observe([1, 1], [[1, 2, 3, 4]] * 2, 5, propose_ms=9.0, observe_ms=3.0, verify_ms=60.0)
+    assert timed.scale > 3.0 and untimed.scale == 1.0
+    assert untimed.stats.trials == timed.stats.trials  # acceptance is still counted
+    assert untimed.head_ms == pytest.approx(0.02 * 11.0) and timed.head_ms > 4.0  # first guess vs measured

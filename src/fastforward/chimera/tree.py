@@ -223,8 +223,12 @@ class TreeSizer:
         ranks: int = 4,
         max_nodes: int = 31,
         decay: float = 0.8,
+        timed: bool = True,
     ) -> None:
+        """``timed=False``: the costs stay the curve's and the first guesses, never the measured times, so the
+        trees depend only on what was committed (seeded sampling then reproduces exactly)."""
         self.curve_ms, self.ranks, self.max_nodes, self.decay = curve_ms, ranks, max_nodes, decay
+        self.timed = timed
         self.stats = AcceptanceStats(depth, ranks)
         self.scale = 1.0
         # first guesses, replaced by measurements after one step
@@ -260,6 +264,8 @@ class TreeSizer:
         """One step's outcome: its committed tokens, head d's candidates ``top_ids[d]`` for the heads that
         ran, the verify width (root included) and the measured milliseconds of each part."""
         self.stats.observe(committed, top_ids)
+        if not self.timed:
+            return
         d = self.decay
         self.scale = d * self.scale + (1 - d) * verify_ms / max(self.curve_ms(width), 1e-6)
         self.head_ms = d * self.head_ms + (1 - d) * propose_ms / max(len(top_ids), 1)

@@ -129,7 +129,9 @@ class ChimeraDecoder(Decoder):
         state = self.draft.new_state(self.trigram_cache)
         hits0, lookups0 = state.cache.hits, state.cache.lookups
         num_heads = self.draft.cfg.num_heads
-        sizer = self._sizer()
+        # seeded sampling must reproduce: the trees (and so the random draws) then follow the cached cost
+        # curve and the committed tokens only, not this run's measured times
+        sizer = self._sizer(timed=sampling.greedy or sampling.seed is None)
         head_hits = [0] * num_heads
         accepted_drafts: list[int] = []
         verified = 0  # tree tokens the target read, root included
@@ -228,13 +230,15 @@ class ChimeraDecoder(Decoder):
             }
         )
 
-    def _sizer(self) -> TreeSizer | None:
+    def _sizer(self, timed: bool = True) -> TreeSizer | None:
         """A fresh per-request sizer for ``tree=auto``; None for the static trees."""
         if self.options.tree != "auto":
             return None
         if self.verify_curve is None:
             self.verify_curve = interpolate(measure_curve(self.model))
-        return TreeSizer(self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes)
+        return TreeSizer(
+            self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes, timed=timed
+        )
 
     def _visibility(self, parents: tuple[int, ...]) -> torch.Tensor:
         """The tree's ancestor matrix, built once per distinct shape."""
