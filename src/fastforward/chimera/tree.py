@@ -129,6 +129,14 @@ def path_probability(path: Path, q: Sequence[Sequence[float]]) -> float:
     return p
 
 
+def rank_paths(q: Sequence[Sequence[float]]) -> list[tuple[float, Path]]:
+    """Every candidate path with its acceptance chance, likeliest first (ties: shorter, then by ranks)."""
+    return sorted(
+        ((path_probability(p, q), p) for p in candidate_paths(len(q), len(q[0]))),
+        key=lambda sp: (-sp[0], len(sp[1]), sp[1]),
+    )
+
+
 def best_tree(
     q: Sequence[Sequence[float]],
     verify_ms: Callable[[int], float],
@@ -136,6 +144,7 @@ def best_tree(
     max_nodes: int,
     extra_width: int = 0,
     extra_tokens: float = 0.0,
+    ranked: list[tuple[float, Path]] | None = None,
 ) -> tuple[Tree, float]:
     """The tree with the most expected committed tokens per millisecond, and that rate.
 
@@ -148,13 +157,11 @@ def best_tree(
     of the fixed 25 nodes that pay only where a wide forward is nearly free.
 
     ``extra_width`` nodes verified in the same forward besides the tree (a prompt-lookup branch) widen every
-    candidate's forward and add ``extra_tokens`` expected tokens to it."""
+    candidate's forward and add ``extra_tokens`` expected tokens to it. ``ranked``: :func:`rank_paths` of
+    ``q`` when the caller already has it (one step compares trees with and without a branch)."""
     if not q or max_nodes < 1:
         raise ValueError("need at least one head and one node")
-    scored = sorted(
-        ((path_probability(p, q), p) for p in candidate_paths(len(q), len(q[0]))),
-        key=lambda sp: (-sp[0], len(sp[1]), sp[1]),
-    )
+    scored = ranked if ranked is not None else rank_paths(q)
     best: tuple[float, int, list[Path]] = (-1.0, 0, [])
     for depth in range(1, len(q) + 1):
         paths = [p for _, p in scored if len(p) <= depth][:max_nodes]
@@ -229,6 +236,7 @@ class TreeSizer:
         trees depend only on what was committed (seeded sampling then reproduces exactly)."""
         self.curve_ms, self.ranks, self.max_nodes, self.decay = curve_ms, ranks, max_nodes, decay
         self.timed = timed
+        self._ranked: list[tuple[float, Path]] | None = None  # rank_paths of the current rates
         self.stats = AcceptanceStats(depth, ranks)
         self.scale = 1.0
         # first guesses, replaced by measurements after one step
@@ -247,8 +255,11 @@ class TreeSizer:
     def choose(self, extra_width: int = 0, extra_tokens: float = 0.0) -> tuple[Tree, float]:
         """The best tree and its expected tokens per ms, with ``extra_width`` more nodes in the forward that
         add ``extra_tokens`` expected tokens (see :func:`best_tree`)."""
+        q = self.stats.rates()
+        if self._ranked is None:  # once per step: the acceptance counts change only in observe()
+            self._ranked = rank_paths(q)
         tree, self.rate = best_tree(
-            self.stats.rates(), self.verify_ms, self.draft_ms, self.max_nodes, extra_width, extra_tokens
+            q, self.verify_ms, self.draft_ms, self.max_nodes, extra_width, extra_tokens, self._ranked
         )
         return tree, self.rate
 
@@ -264,6 +275,7 @@ class TreeSizer:
         """One step's outcome: its committed tokens, head d's candidates ``top_ids[d]`` for the heads that
         ran, the verify width (root included) and the measured milliseconds of each part."""
         self.stats.observe(committed, top_ids)
+        self._ranked = None
         if not self.timed:
             return
         d = self.decay
