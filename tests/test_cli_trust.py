@@ -424,3 +424,31 @@ def test_user_jsonl_accepts_every_documented_form(tmp_path: Path) -> None:
     got = load_dataset("ignored", data_path=str(path))
     assert [s.turns for s in got] == [("hello",), ("2+2?",), ("a", "b"), ("u", "v")]
     assert got[0].id == "7" and got[1].answer == "4"
+
+
+@pytest.mark.parametrize(
+    ("limit", "dtype", "kept"),
+    [
+        ("", "bfloat16", {"amx_bf16", "avx512_bf16", "avx512f"}),
+        ("AVX2", "float32", {"avx2"}),  # an AVX2-only machine, reproduced on an AMX one
+        ("AVX512_CORE_VNNI", "float32", {"avx512f", "avx512_vnni"}),
+        ("AVX512_CORE_BF16", "bfloat16", {"avx512_bf16", "avx512f"}),
+        ("AVX512_CORE_AMX", "bfloat16", {"amx_bf16", "avx512_bf16"}),
+    ],
+)
+def test_onednn_isa_cap_limits_the_flags_the_dtype_is_chosen_from(limit, dtype, kept) -> None:
+    from fastforward.hardware import limit_flags
+
+    flags = limit_flags(set(SPR_AMX_FLAGS), limit)
+    assert kept <= flags
+    assert flags <= set(SPR_AMX_FLAGS)
+    if limit == "AVX2":
+        assert not any(f.startswith(("avx512", "amx")) for f in flags)
+    assert choose_dtype("cpu", flags, "AVX2" if limit == "AVX2" else "AVX512", False)[0] == dtype
+
+
+def test_describe_names_an_isa_cap(monkeypatch) -> None:
+    from fastforward.hardware import describe
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
+    assert "capped: ONEDNN_MAX_CPU_ISA=AVX2" in describe()

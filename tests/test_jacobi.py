@@ -193,7 +193,7 @@ def test_sampling_commits_every_token_and_skips_the_fixed_point_measures():
 
 def test_jacobi_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts):
     """24 real prompts; 21 new tokens = prefill + one block of 16 + a cut block of 4."""
-    dec = build_decoder("jacobi", smollm2, None, {})
+    dec = build_decoder("jacobi", smollm2, None, {"gate": "off"})  # counts fast-forwards
     eos = smollm2.eos_token_ids
     forwards = tokens = 0
     for ids in real_prompts:

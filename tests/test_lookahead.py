@@ -117,7 +117,8 @@ def test_tiny_models_equal_greedy_ar(arch, w, n, g):
     for prompt in ([1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [7, 8, 9]):
         out = dec.generate(prompt, greedy_config(25))
         assert out.tokens == ar_reference(tiny.model, prompt, 25)
-        assert out.stats.target_forwards == 1 + out.stats.extras["steps"]
+        ex = out.stats.extras  # lookahead steps and the gate's AR steps: one target forward each
+        assert out.stats.target_forwards == 1 + ex["steps"] + ex["gate_ar_steps"]
 
 
 def test_cache_keeps_only_accepted_entries():

@@ -23,7 +23,7 @@ def test_values_are_coerced_to_the_field_types() -> None:
 @pytest.mark.parametrize(
     ("cls", "options", "message"),
     [
-        (JacobiConfig, {"blocksize": 4}, "jacobi: unknown option 'blocksize'; known: block_size, init"),
+        (JacobiConfig, {"blocksize": 4}, "jacobi: unknown option 'blocksize'; known: block_size, gate, init"),
         (JacobiConfig, {"block_size": 0}, "jacobi: option block_size must be an integer >= 1, got 0"),
         (JacobiConfig, {"block_size": 2.5}, "block_size must be an integer"),
         (JacobiConfig, {"block_size": True}, "block_size must be an integer"),

@@ -86,7 +86,9 @@ def test_sd_tiny_pair_equals_ar_with_rejections(schedule):
     """Two differently seeded random models: almost every draft is rejected, the output must not change."""
     target, draft = make_tiny(seed=0), make_tiny(seed=1)
     ar = ARDecoder(target.model)
-    opts = {"gamma": 3, "gamma_max": 6, **({schedule: True} if schedule != "fixed" else {})}
+    opts = {"gamma": 3, "gamma_max": 6, "gamma_auto": schedule == "gamma_auto"}
+    if schedule == "adaptive":
+        opts["adaptive"] = True
     dec = _build_untokenized("sd", target, draft, opts)
     for prompt in ([1, 2, 3], [7] * 5, list(range(10, 40))):
         cfg = greedy_config(20)
@@ -95,7 +97,7 @@ def test_sd_tiny_pair_equals_ar_with_rejections(schedule):
 
 def test_sd_self_draft_accepts_everything_and_counts_per_position():
     target = make_tiny(seed=0)
-    dec = _build_untokenized("sd", target, target, {"gamma": 4})
+    dec = _build_untokenized("sd", target, target, {"gamma": 4, "gamma_auto": False})
     out = dec.generate([1, 2, 3], greedy_config(21))
     ex = out.stats.extras
     assert ex["spec_accepted"] == ex["spec_proposed"] == 16  # 21 = 1 prefill token + 4 steps x (4 + bonus)
@@ -111,7 +113,8 @@ def test_sd_with_a_quantized_draft_stays_exact_and_still_accepts(draft_bits):
     target = make_tiny(seed=0)
     draft = make_tiny(seed=0)
     before = {k: v.clone() for k, v in draft.model.state_dict().items()}
-    dec = _build_untokenized("sd", target, draft, {"gamma": 4, "draft_bits": draft_bits, "group_size": 32})
+    opts = {"gamma": 4, "draft_bits": draft_bits, "group_size": 32, "gamma_auto": False}
+    dec = _build_untokenized("sd", target, draft, opts)
     assert dec.drafter.model is not draft.model
     ar = ARDecoder(target.model)
     proposed = accepted = 0
@@ -130,7 +133,7 @@ def test_lookup_first_takes_lookup_chains_where_text_repeats_and_stays_exact():
     outputs stay AR's and both kinds of step occur."""
     target, draft = make_tiny(seed=0), make_tiny(seed=1)
     ar = ARDecoder(target.model)
-    dec = _build_untokenized("sd", target, draft, {"gamma": 3, "lookup_first": True})
+    dec = _build_untokenized("sd", target, draft, {"gamma": 3, "lookup_first": True, "gamma_auto": False})
     lookup = model = 0
     for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [7] * 5, list(range(10, 40)) * 2):
         cfg = greedy_config(24)
@@ -347,3 +350,25 @@ def test_sd_int4_draft_of_a_prepacked_draft_with_a_reduced_head_stays_exact(real
         assert out.tokens == ar.generate(ids, config).tokens
         accepted += out.stats.extras["spec_accepted"]
     assert accepted > 0
+
+
+@pytest.mark.parametrize("name", ["sd", "layerskip", "qsd", "pld"])
+def test_gamma_auto_is_the_default_unless_a_schedule_is_named(name):
+    target = make_tiny(seed=0)
+    draft = target if name == "sd" else None
+    assert _build_untokenized(name, target, draft, {}).spec.gamma_auto
+    assert not _build_untokenized(name, target, draft, {"adaptive": True}).spec.gamma_auto
+    assert not _build_untokenized(name, target, draft, {"gamma_auto": False}).spec.gamma_auto
+
+
+def test_seeded_sampling_with_the_default_schedule_reproduces():
+    """gamma_auto follows measured times, so with a seed the engine keeps the fixed gamma: the same seed
+    gives the same tokens however long the steps took."""
+    target, draft = make_tiny(seed=0), make_tiny(seed=1)
+    dec = _build_untokenized("sd", target, draft, {"gamma": 3})
+    cfg = GenerationConfig(max_new_tokens=30, sampling=SamplingConfig(temperature=0.9, seed=7))
+    first = dec.generate([1, 2, 3], cfg)
+    assert dec.generate([1, 2, 3], cfg).tokens == first.tokens
+    ex = first.stats.extras
+    assert len(ex["spec_proposed_per_position"]) <= 3  # never more than the fixed gamma ...
+    assert 3 * ex["spec_steps"] - ex["spec_gamma_sum"] <= 1 + 2 + 3  # ... less only near max_new_tokens

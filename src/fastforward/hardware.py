@@ -44,16 +44,35 @@ def _cpuinfo() -> tuple[str, set[str]]:
     return cpu, flags
 
 
+def isa_limit() -> str:
+    """oneDNN's ISA cap (``ONEDNN_MAX_CPU_ISA``, e.g. ``AVX2``), or "" when unset. With it (and
+    ``ATEN_CPU_CAPABILITY=avx2`` for torch's own kernels) a CPU with AVX-512 and AMX runs torch as an
+    AVX2-only CPU would: the way to reproduce that kind of machine's costs on this one."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+
+
+def limit_flags(flags: set[str], limit: str) -> set[str]:
+    """The flags a process may use under oneDNN's ISA cap ``limit``: AVX2 and below drop every AVX-512 and
+    AMX flag; an AVX-512 cap keeps bf16 only when it names BF16 or AMX, and AMX only when it names AMX."""
+    if not limit or limit in ("ALL", "DEFAULT") or "AMX" in limit:
+        return set(flags)
+    if not limit.startswith("AVX512") and not limit.startswith("AVX10"):
+        return {f for f in flags if not f.startswith(("avx512", "amx"))}
+    drop = ("amx",) if "BF16" in limit or "FP16" in limit else ("amx", "avx512_bf16", "avx512_fp16")
+    return {f for f in flags if not f.startswith(drop)}
+
+
 def cpu_flags() -> set[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is not available)."""
-    return _cpuinfo()[1]
+    """The CPU's feature flags as this process may use them (empty where /proc/cpuinfo is not available):
+    those the CPU reports, less what ``ONEDNN_MAX_CPU_ISA`` caps (:func:`limit_flags`)."""
+    return limit_flags(_cpuinfo()[1], isa_limit())
 
 
 def cpu_isa() -> str:
     """torch's CPU capability (e.g. AVX2, AVX512) plus the bf16 / VNNI / AMX extensions the CPU reports."""
     import torch
 
-    _, flags = _cpuinfo()
+    flags = cpu_flags()
     extras = [name for flag, name in (("avx512_bf16", "bf16"), ("avx512_vnni", "vnni"), ("amx_tile", "amx"))
               if flag in flags]  # fmt: skip
     isa = torch.backends.cpu.get_cpu_capability()
@@ -65,6 +84,9 @@ def describe() -> str:
     import transformers
 
     cpu, _ = _cpuinfo()
+    if limit := isa_limit():
+        aten = os.environ.get("ATEN_CPU_CAPABILITY", "unset")
+        cpu += f" (capped: ONEDNN_MAX_CPU_ISA={limit}, ATEN_CPU_CAPABILITY={aten})"
     parts = [
         f"{cpu}, ISA {cpu_isa()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__} ({torch.get_num_threads()} threads)"

@@ -255,8 +255,8 @@ def _speculative(decoder: Any) -> Proposer:
     from fastforward.decoders.speculative.verifiers import ExactVerifier
 
     spec, drafter = decoder.spec, decoder.drafter
-    if spec.adaptive or spec.gamma_auto:
-        raise FastForwardError(f"batched {decoder.name} uses a fixed gamma: drop adaptive / gamma_auto")
+    if spec.adaptive:  # gamma_auto (the default) is per request; a batch steps every row at the fixed gamma
+        raise FastForwardError(f"batched {decoder.name} uses a fixed gamma: drop adaptive")
     if not isinstance(decoder.verifier, ExactVerifier):
         raise FastForwardError(f"batched {decoder.name} verifies exactly only")
     if isinstance(drafter, PromptLookupDrafter):

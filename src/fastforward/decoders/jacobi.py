@@ -50,12 +50,21 @@ branch held), ``recycle_steps`` (steps whose accepted path left the guess) and `
 trajectory measures need one block per forward: with ``max_blocks`` > 1 only ``blocks`` (blocks that
 committed tokens) and ``iterations`` (decode forwards) are recorded; with recycling alone they are measured
 on the iterates along the accepted branches.
+
+*Step gate* (``gate=auto``, the default; :mod:`fastforward.core.pacing`): a request times its block steps
+against plain AR steps (the anchor alone fed; the guesses wait unchanged) and takes AR steps while they give
+more tokens per ms, probing the block again after a back-off. On a CPU where a wide forward costs several
+one-token forwards (bf16 on AVX2) Jacobi then runs at about AR speed instead of a fraction of it; where wide
+forwards are nearly free it never leaves the block. Greedy output is the same under any schedule. It stays
+off with ``max_blocks`` > 1, ``record=true`` and seeded sampling (see :func:`gate_on`); ``gate=off`` keeps
+every step a block step. The stats add ``gate_ar_steps`` and ``gate_probes``.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -64,14 +73,16 @@ import torch
 
 from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents, common_prefix
 from fastforward.core.cache import keep_positions, rollback, text_config
-from fastforward.core.decoder import Decoder, Run
+from fastforward.core.decoder import Decoder, Run, SamplingConfig
 from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
+from fastforward.core.pacing import StepGate
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
 INITS = ("random", "repeat", "pad")
+GATES = ("auto", "off")
 POOL_DEPTH = 8  # recycling keeps POOL_DEPTH * pool_size sequences (2 pushed per rejecting step)
 
 # --------------------------------------------------------------------------- pure functions
@@ -235,6 +246,7 @@ class JacobiConfig:
     pool_size: int = opt(0, min=0)  # rejection recycling: pooled candidates verified per step (0 = off)
     max_blocks: int = opt(1, min=1)  # K: blocks in flight (multi-block decoding; 1 = off)
     spawn_ratio: float = opt(0.85, min=0.0, max=1.0)  # r: spawn once the newest block settled ceil(r * n)
+    gate: str = opt("auto", choices=GATES)  # auto: plain AR steps while they beat the block (core.pacing)
 
     def validate(self) -> None:
         at = spawn_threshold(self.spawn_ratio, self.block_size)
@@ -246,6 +258,19 @@ class JacobiConfig:
 
 
 ALIASES = {"blocks": "max_blocks"}
+
+
+def gate_on(config: JacobiConfig, sampling: SamplingConfig) -> bool:
+    """Whether a request runs under :class:`StepGate`: ``gate=auto`` with one block in flight (multi-block
+    spawning reads how the pseudo blocks' guesses changed, which an AR step does not refresh), no recorded
+    trajectories (they are training data for per-iteration measures), and no seeded sampling (the step
+    schedule follows measured times, so the seed would not reproduce)."""
+    return (
+        config.gate == "auto"
+        and config.max_blocks == 1
+        and not config.record
+        and (sampling.greedy or sampling.seed is None)
+    )
 
 
 @dataclass
@@ -287,7 +312,9 @@ class JacobiDecoder(Decoder):
         live: list[_Live] = []  # live[0] is the real-active block (RA), the others pseudo blocks
         guess: list[int] = []  # the live blocks' guesses for their uncommitted positions, in order
         forwards = 0
+        gate = StepGate(enabled=gate_on(c, sampling))
         while not run.done:
+            t_step = time.perf_counter()
             anchor = tokens[-1]
             if not live:  # a new RA block
                 n = min(c.block_size, run.config.max_new_tokens - len(tokens))
@@ -301,10 +328,12 @@ class JacobiDecoder(Decoder):
                 room -= blk.size
                 ex["spawned_blocks"] += 1
             L = len(guess)  # positions after the anchor this step may commit (the last guess is not fed)
-            cands = pool_continuations(reversed(pool), anchor, L - 1) if c.pool_size else ()
-            flat, parents, branches = guess_tree(anchor, guess[: L - 1], cands, c.pool_size)
-            if len(flat) == L:  # one chain: the model's own causal mask
-                mask, pos = None, torch.arange(anchor_pos, anchor_pos + L, device=dev)[None]
+            par = gate.parallel()  # False: an AR step, the anchor alone (the guesses wait unchanged)
+            fed = L - 1 if par else 0
+            cands = pool_continuations(reversed(pool), anchor, L - 1) if c.pool_size and par else ()
+            flat, parents, branches = guess_tree(anchor, guess[:fed], cands, c.pool_size)
+            if len(flat) == fed + 1:  # one chain: the model's own causal mask
+                mask, pos = None, torch.arange(anchor_pos, anchor_pos + fed + 1, device=dev)[None]
             else:
                 vis, depths = tree_visibility(parents), tree_depths(parents)
                 mask = tree_mask(self.model, vis, depths, anchor_pos, dtype, dev)
@@ -324,7 +353,8 @@ class JacobiDecoder(Decoder):
                 path, extra = accept_tree_sampled(flat, parents, out.logits[0], sampling, gen)
                 step = [flat[i] for i in path[1:]] + [extra]
             n_acc = len(path)  # tokens this forward commits (before the stops): accepted guesses + 1
-            new = branch_iterate(branches, path, nxt)  # [L]
+            new = branch_iterate(branches, path, nxt)  # [fed + 1]
+            new += guess[len(new) :]  # positions not fed keep their guess: [L]
             # every live block's new iterate, then the commit, which runs on from RA into the next blocks
             off = 0
             for blk in live:
@@ -343,11 +373,11 @@ class JacobiDecoder(Decoder):
                     blk.traj.committed.append(len(take))
             while live and len(live[0].traj.fixed_point) == live[0].size:
                 done.append(live.pop(0).traj)
-            if all(i < L for i in path):  # the guess's own prefix: crop the rest
+            if all(i <= fed for i in path):  # the guess's own prefix: crop the rest
                 rollback(cache, anchor_pos + n_acc)
             else:
                 keep_positions(cache, anchor_pos, path)
-            if c.pool_size and n_acc < L:  # something was rejected: recycle the state and the outputs
+            if c.pool_size and par and n_acc < L:  # something was rejected: recycle state and outputs
                 pool.append([anchor, *guess])
                 pool.append(new)
             anchor_pos += n_acc
@@ -355,9 +385,10 @@ class JacobiDecoder(Decoder):
             forwards += 1
             ex["tokens_fed"] += len(flat)
             ex["pool_candidates"] += len(branches) - 1
-            recycled = sum(i >= L for i in path)
+            recycled = sum(i > fed for i in path)
             ex["recycled_tokens"] += recycled
             ex["recycle_steps"] += int(recycled > 0)
+            gate.observe(par, n_acc, (time.perf_counter() - t_step) * 1e3)
         done += [blk.traj for blk in live if blk.traj.committed]
         if c.max_blocks > 1:  # a forward may commit into two blocks: no per-block iteration, no measures
             _record_blocks(run.stats, done, measures=False)
@@ -366,6 +397,8 @@ class JacobiDecoder(Decoder):
             _record_blocks(run.stats, done, measures=sampling.greedy)
         if c.pool_size or c.max_blocks > 1:
             run.stats.extras.update(ex)
+        if gate.enabled:
+            run.stats.extras.update(gate.extras())
         self.last_trajectory = done if c.record else []
 
     def _block(self, start: int, n: int, history: list[int], rng: random.Random) -> _Live:

@@ -15,6 +15,13 @@ Sampling (temperature > 0) stays lossless in distribution: the pooled candidates
 judged by recursive rejection sampling over their prefix tree (:func:`accept_tree_sampled`); the window
 keeps proposing from the target's argmax, which only affects how often candidates are accepted.
 
+*Step gate* (``gate=auto``, the default; :mod:`fastforward.core.pacing`): each request times its lookahead
+steps against plain AR steps (the anchor alone; window and pool wait unchanged) and takes AR steps while they
+give more tokens per ms, probing again after a back-off, so where a wide forward costs several narrow ones
+(bf16 on an AVX2-only CPU) lookahead runs at about AR speed rather than below it. Greedy output is the same
+under any schedule; seeded sampling keeps the gate off (its schedule would follow measured times). Stats add
+``gate_ar_steps`` and ``gate_probes``.
+
 Defaults are sized for a CPU in bfloat16, where a forward over ~25 tokens costs ~1.3-1.8x a one-token
 forward (docs/results/jacobi_lookahead.md); the paper's GPU settings (W=15, N=5, G=15) cost far more here.
 """
@@ -22,6 +29,7 @@ forward (docs/results/jacobi_lookahead.md); the paper's GPU settings (W=15, N=5,
 from __future__ import annotations
 
 import random
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +41,7 @@ from fastforward.core.cache import keep_positions
 from fastforward.core.decoder import Decoder, Run
 from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
 from fastforward.core.options import build_config, check_config, opt
+from fastforward.core.pacing import StepGate
 from fastforward.core.sampling import make_generator, select_token
 
 
@@ -44,6 +53,7 @@ class LookaheadConfig:
     pool_size: int = opt(4096, min=1)  # most distinct first tokens in the pool (LRU eviction)
     prompt_ngrams: bool = True  # seed the pool with the prompt's n-grams
     seed: int = 0  # seed of the window's random initialisation from the prompt
+    gate: str = opt("auto", choices=("auto", "off"))  # auto: plain AR steps while they beat lookahead steps
 
 
 ALIASES = {"W": "window", "N": "ngram", "G": "candidates"}
@@ -136,7 +146,20 @@ class LookaheadDecoder(Decoder):
         anchor_pos = len(prompt)
         ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
         hist: list[int] = []
+        gate = StepGate(enabled=c.gate == "auto" and (sampling.greedy or sampling.seed is None))
         while not run.done:
+            t_step = time.perf_counter()
+            if not gate.parallel():  # an AR step: the anchor alone; window and pool wait
+                logits = self.model(
+                    input_ids=torch.tensor([tokens[-1:]], device=dev),
+                    position_ids=torch.tensor([[anchor_pos]], device=dev),
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits[0, -1]
+                run.commit([int(select_token(logits, sampling, gen))])
+                anchor_pos += 1
+                gate.observe(False, 1, (time.perf_counter() - t_step) * 1e3)
+                continue
             cands = pool.candidates(tokens[-1], c.candidates)
             vis, depths = self._layout(len(rows), len(cands))
             flat = [tokens[-1]] + [t for row in rows for t in row] + [t for cand in cands for t in cand]
@@ -181,7 +204,10 @@ class LookaheadDecoder(Decoder):
             ex["forward_tokens"] += len(flat)
             hist.extend([0] * (len(keep) + 1 - len(hist)))
             hist[len(keep)] += 1
-        run.stats.extras.update(ex, accepted_hist=hist)  # accepted_hist[k]: steps that committed k tokens
+            gate.observe(True, 1 + len(accepted), (time.perf_counter() - t_step) * 1e3)
+        run.stats.extras.update(ex, accepted_hist=hist)
+        if gate.enabled:
+            run.stats.extras.update(gate.extras())  # accepted_hist[k]: steps that committed k tokens
 
 
 def build(name: str, target, draft, options: dict) -> LookaheadDecoder:

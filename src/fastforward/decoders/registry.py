@@ -179,6 +179,11 @@ USED_BY: dict[str, dict[str, tuple[str, ...]]] = {
 
 # What each option means, per module; a (module, method) key overrides it for one method. `fastforward
 # methods` prints these, and two methods whose texts differ read the same key differently.
+GATE_HELP = (
+    "auto: time the method's steps against plain AR steps within each request and take AR steps while they "
+    "give more tokens per second (probed again after a back-off; greedy output unchanged; off with a "
+    "seed); off: every step is the method's own"
+)
 OPTION_HELP: dict[str, dict[str, str]] = {
     "speculative": {
         "gamma": "draft tokens proposed per step",
@@ -186,7 +191,7 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "gamma_max": "upper bound of an adaptive or cost-chosen gamma",
         "gamma_auto": "choose each step's gamma from this request's measured draft and verify costs and its "
         "acceptance rate (the draft length with the most expected tokens per second; 0, a plain AR step, "
-        "where no draft pays, probed again now and then)",
+        "where no draft pays, probed again now and then); on by default unless adaptive is set",
         "ngram_max": "longest suffix n-gram looked up in the prompt and output",
         "ngram_min": "shortest suffix n-gram looked up (with lookup_first: at least 2)",
         "lookup_first": "draft by prompt lookup where a suffix n-gram (n >= 2) recurs, by the draft model only "
@@ -213,6 +218,7 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "max_blocks": "K: blocks in flight (multi-block decoding; pseudo blocks are guessed after the active "
         "block's unverified draft; 1 = off)",
         "spawn_ratio": "r: spawn a pseudo block once the newest block has ceil(r * block_size) settled tokens",
+        "gate": GATE_HELP,
     },
     "lookahead": {
         "window": "W: columns of the Jacobi window",
@@ -221,6 +227,7 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "pool_size": "most distinct first tokens kept in the n-gram pool (LRU)",
         "prompt_ngrams": "seed the n-gram pool with the prompt's n-grams",
         "seed": "seed of the random initial guess (every generation restarts from it)",
+        "gate": GATE_HELP,
     },
     "auto": {
         "candidates": "comma list of lossless methods to time (default: ar, pld, lookahead, jacobi, qsd int4, "

@@ -150,7 +150,8 @@ class SpeculativeDecoder(Decoder):
         self.verifier.reset()
         ex = _Counters()
         gamma = self.spec.gamma
-        costs = CostTracker() if self.spec.gamma_auto else None
+        # seeded sampling keeps the fixed gamma: a schedule from measured times would not reproduce the seed
+        costs = CostTracker() if self.spec.gamma_auto and (cfg.greedy or cfg.seed is None) else None
         while not run.done:
             seq = prompt + tokens
             g = min(gamma, config.max_new_tokens - len(tokens) - 1)

@@ -1,0 +1,119 @@
+"""Per request, run a method's parallel step only while it beats a plain AR step on this machine.
+
+A parallel step (a Jacobi block, a lookahead window) feeds many tokens to commit a few; whether that pays is
+``tokens per step / ms per step`` against ``1 / ms per AR step``, and both sides differ by machine (a
+16-token forward costs ~1.1x one token on a CPU with bf16 instructions, 3-16x on an AVX2-only one in bf16)
+and by text (Jacobi commits ~1.05 tokens per step on chat, more on code). So the step is not fixed in
+advance: :class:`StepGate` times both kinds of step inside the request and chooses the one that has given
+more tokens per ms. An AR step feeds only the last committed token, so it costs what AR costs; while AR
+wins, the parallel step is probed again after a back-off that doubles with every losing probe (a cost ratio
+that the text could overcome is found again; one that nothing overcomes costs ~1/64 of the time).
+
+Any schedule of parallel and AR steps commits the same greedy tokens (each step commits the target's own
+argmax chain), so the gate never changes greedy output, only speed. With a seeded sampler the step schedule
+would follow measured times and the seed would not reproduce, so the decoders keep the gate off there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def parallel_pays(tokens_per_step: float, parallel_ms: float, ar_ms: float) -> bool:
+    """Whether ``tokens_per_step`` tokens in ``parallel_ms`` beat one token in ``ar_ms`` (ties go to the
+    parallel step: it also refreshes the method's guesses)."""
+    return tokens_per_step * ar_ms >= parallel_ms
+
+
+@dataclass
+class Ema:
+    """An exponential average whose first sample is provisional: the first step of a kind can pay one-time
+    costs (kernel primitives for a new shape), so the second sample replaces it rather than averaging."""
+
+    decay: float = 0.8
+    value: float | None = None
+    count: int = 0
+
+    def add(self, x: float) -> None:
+        self.count += 1
+        if self.count <= 2:
+            self.value = x
+        else:
+            assert self.value is not None
+            self.value = self.decay * self.value + (1 - self.decay) * x
+
+
+@dataclass
+class StepGate:
+    """Chooses each step: the method's parallel step (True) or a plain AR step (False).
+
+    Opening: a parallel step, an AR step, then parallel steps up to ``min_parallel`` (each measured);
+    afterwards whichever has given more tokens per ms. While AR wins, one parallel step probes again after ``backoff`` AR steps times the cost
+    ratio of the two kinds of step (so a probe costs at most ~1/backoff of the time however expensive the
+    wide forward is); a probe that still loses doubles the back-off (up to ``max_backoff``), one that wins
+    resets it. ``enabled=False``
+    always answers True (the method as configured)."""
+
+    enabled: bool = True
+    min_parallel: int = 2  # parallel steps in the opening, before the first judgement
+    min_backoff: int = 8
+    max_backoff: int = 64
+    tokens: Ema = field(default_factory=Ema)  # tokens committed per parallel step
+    parallel_ms: Ema = field(default_factory=Ema)
+    ar_ms: Ema = field(default_factory=Ema)
+    backoff: int = 0  # AR steps between probes while AR wins
+    wait: int = 0  # AR steps since the last parallel step
+    ar_steps: int = 0
+    probes: int = 0
+    _probing: bool = False
+
+    def __post_init__(self) -> None:
+        self.backoff = self.min_backoff
+
+    def winning(self) -> bool:
+        """Whether the parallel step has given at least as many tokens per ms as the AR step so far."""
+        if self.tokens.value is None or self.parallel_ms.value is None or self.ar_ms.value is None:
+            return True
+        return parallel_pays(self.tokens.value, self.parallel_ms.value, self.ar_ms.value)
+
+    def parallel(self) -> bool:
+        """The kind of the next step."""
+        if not self.enabled or self.parallel_ms.value is None:
+            return True
+        if self.ar_ms.value is None:
+            return False  # the opening AR step
+        if self.parallel_ms.count < self.min_parallel:
+            return True  # a second parallel step before judging: the first may pay for new kernel shapes
+        if self.winning():
+            return True
+        assert self.parallel_ms.value is not None and self.ar_ms.value is not None
+        if self.wait >= self.backoff * max(1.0, self.parallel_ms.value / self.ar_ms.value):
+            self._probing = True
+            return True
+        return False
+
+    def observe(self, parallel: bool, tokens: int, ms: float) -> None:
+        """Record a step: its kind, the tokens it committed and its wall time."""
+        if not self.enabled:
+            return
+        if not parallel:
+            self.ar_ms.add(ms)
+            self.ar_steps += 1
+            self.wait += 1
+            return
+        if self._probing and self.tokens.value is not None:
+            # the estimate predates the AR stretch and the text has moved on: the probe weighs half
+            self.tokens.value = 0.5 * (self.tokens.value + tokens)
+        else:
+            self.tokens.add(tokens)
+        self.parallel_ms.add(ms)
+        self.wait = 0  # AR steps are counted from the last parallel one
+        if self._probing:
+            self._probing = False
+            self.probes += 1
+            won = self.winning()
+            self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
+
+    def extras(self) -> dict[str, int]:
+        """Counters for the run's stats: AR steps taken instead of the parallel step, probes after losing."""
+        return {"gate_ar_steps": self.ar_steps, "gate_probes": self.probes}

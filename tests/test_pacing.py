@@ -1,0 +1,155 @@
+"""The step gate (core.pacing) fed the step costs of both kinds of CPU, and the decoders that use it.
+
+Costs come from cost curves recorded on an AVX2-only CPU and an AVX-512 one with bf16 instructions
+(tests/test_kernels_costs.py), not from this machine's clock: the gate's choices are checked as a
+function of what steps cost, and greedy output is checked under any schedule the gate could produce."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fastforward.bench import costs
+from fastforward.core import pacing
+from fastforward.core.decoder import GenerationConfig, SamplingConfig
+from fastforward.core.pacing import Ema, StepGate, parallel_pays
+from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder, gate_on
+from fastforward.decoders.lookahead import LookaheadConfig, LookaheadDecoder
+from tests.conftest import make_tiny
+from tests.test_kernels_costs import AVX2, AVX512_BF16
+
+
+def test_parallel_pays_compares_tokens_per_ms():
+    assert parallel_pays(2.0, 50.0, 30.0)  # 2 tokens / 50 ms beat 1 / 30 ms
+    assert not parallel_pays(1.2, 50.0, 30.0)
+    assert parallel_pays(1.0, 30.0, 30.0)  # a tie keeps the parallel step
+
+
+def test_ema_first_sample_is_provisional():
+    e = Ema(decay=0.5)
+    e.add(100.0)  # a first step that paid for new kernel shapes
+    e.add(10.0)
+    assert e.value == 10.0
+    e.add(20.0)
+    assert e.value == 15.0
+
+
+def _simulate(gate: StepGate, par_ms: float, ar_ms: float, tokens, steps: int) -> tuple[float, int]:
+    """Run ``steps`` gated steps with fixed costs; ``tokens(i)`` is what a parallel step i commits.
+    Returns (tokens per ms, parallel steps)."""
+    total_tokens, total_ms, parallel = 0, 0.0, 0
+    for i in range(steps):
+        par = gate.parallel()
+        n, ms = (tokens(i), par_ms) if par else (1, ar_ms)
+        gate.observe(par, n, ms)
+        total_tokens, total_ms, parallel = total_tokens + n, total_ms + ms, parallel + par
+    return total_tokens / total_ms, parallel
+
+
+def _jacobi_tokens(seed: int = 0, mean_extra: float = 0.1):
+    rng = random.Random(seed)
+    return lambda i: 1 + (rng.random() < mean_extra) + (rng.random() < mean_extra / 3)
+
+
+@pytest.mark.parametrize(
+    "dtype,path", [("float32", "prepacked"), ("bfloat16", "default"), ("float32", "default")]
+)
+def test_on_avx2_costs_a_block_that_does_not_pay_runs_at_about_ar_speed(dtype, path):
+    """AVX2-only: a 16-token forward costs 1.6-4.8x a 1-token one; Jacobi commits ~1.1-1.2 tokens per step."""
+    curve = costs.interpolate(costs.group_curves(AVX2)[(dtype, path)])
+    ar_ms, block_ms = curve(1), curve(16)
+    ungated = 1.15 / block_ms
+    rate, parallel = _simulate(StepGate(), block_ms, ar_ms, _jacobi_tokens(), 400)
+    assert ungated < 0.75 / ar_ms  # the block alone runs below AR here ...
+    assert rate >= 0.95 / ar_ms  # ... the gated decoder at AR speed, probes included
+    assert parallel <= 20
+
+
+def test_on_bf16_avx512_costs_a_paying_block_is_never_left():
+    curve = costs.interpolate(costs.group_curves(AVX512_BF16)[("bfloat16", "default")])
+    ar_ms, block_ms = curve(1), curve(16)
+    gate = StepGate()
+    rate, parallel = _simulate(gate, block_ms, ar_ms, lambda i: 2, 300)
+    assert gate.ar_steps == 1  # the opening measurement only
+    assert parallel == 299 and rate > 1.4 / ar_ms
+
+
+def test_a_losing_gate_probes_with_doubling_backoff_and_returns_when_the_text_pays():
+    gate = StepGate(min_backoff=4, max_backoff=32)
+    # a block costing 2 AR steps: 1 token per block step loses, 4 tokens win
+    _simulate(gate, 20.0, 10.0, lambda i: 1, 200)
+    assert gate.probes >= 4 and gate.backoff == 32
+    ar_before = gate.ar_steps
+    _, parallel = _simulate(gate, 20.0, 10.0, lambda i: 4, 100)  # repetitive text: the block now pays
+    wait = 32 * 2  # the longest back-off, in AR steps (times the cost ratio 2)
+    assert gate.winning() and parallel >= 100 - wait - 1
+    assert gate.ar_steps - ar_before <= wait and gate.backoff == 4
+
+
+def test_disabled_gate_is_always_parallel():
+    gate = StepGate(enabled=False)
+    _simulate(gate, 100.0, 1.0, lambda i: 1, 20)
+    assert gate.ar_steps == 0 and gate.parallel()
+
+
+def test_jacobi_gate_is_off_where_it_would_change_what_is_measured_or_seeded():
+    greedy, seeded = SamplingConfig(), SamplingConfig(temperature=0.7, seed=3)
+    assert gate_on(JacobiConfig(), greedy)
+    assert gate_on(JacobiConfig(), SamplingConfig(temperature=0.7))
+    assert not gate_on(JacobiConfig(), seeded)
+    assert not gate_on(JacobiConfig(gate="off"), greedy)
+    assert not gate_on(JacobiConfig(record=True), greedy)
+    assert not gate_on(JacobiConfig(max_blocks=2, spawn_ratio=0.5), greedy)
+
+
+class _RandomSchedule(StepGate):
+    """A gate whose schedule is a seeded coin: every mix of AR and parallel steps a real gate could make."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.rng = random.Random(seed)
+
+    def parallel(self) -> bool:
+        return self.rng.random() < 0.5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    "decoder",
+    [
+        lambda m: JacobiDecoder(m, JacobiConfig(block_size=6, init="repeat")),
+        lambda m: JacobiDecoder(m, JacobiConfig(block_size=5, pool_size=2)),
+        lambda m: LookaheadDecoder(m, LookaheadConfig(window=3, ngram=3, candidates=2)),
+    ],
+    ids=["jacobi", "jacobi-pool", "lookahead"],
+)
+def test_any_gate_schedule_keeps_greedy_output(monkeypatch, decoder, seed):
+    tiny = make_tiny()
+    made: list[_RandomSchedule] = []
+
+    def gate(enabled: bool = True) -> StepGate:
+        made.append(_RandomSchedule(seed))
+        return made[-1]
+
+    monkeypatch.setattr("fastforward.decoders.jacobi.StepGate", gate)
+    monkeypatch.setattr("fastforward.decoders.lookahead.StepGate", gate)
+    dec, ar = decoder(tiny.model), ARDecoder(tiny.model)
+    config = GenerationConfig(max_new_tokens=40)
+    for prompt in ([5, 6, 7, 5, 6, 7, 5, 6], list(range(30, 60))):
+        out = dec.generate(prompt, config)
+        assert out.tokens == ar.generate(prompt, config).tokens
+        assert out.stats.extras["gate_ar_steps"] > 0  # the schedule did mix both kinds of step
+    assert made
+
+
+def test_gate_counters_reach_the_stats_and_gate_off_removes_them():
+    tiny = make_tiny()
+    config = GenerationConfig(max_new_tokens=24)
+    on = JacobiDecoder(tiny.model, JacobiConfig(block_size=4)).generate([1, 2, 3], config)
+    assert on.stats.extras["gate_ar_steps"] >= 1  # at least the opening AR step
+    off = JacobiDecoder(tiny.model, JacobiConfig(block_size=4, gate="off")).generate([1, 2, 3], config)
+    assert "gate_ar_steps" not in off.stats.extras
+    assert off.tokens == on.tokens
+    assert pacing.StepGate().parallel()  # a fresh gate opens with the method's own step
