@@ -176,3 +176,14 @@ def test_pool_seeding_from_prompt_is_optional(smollm2, real_prompts):
         ids, greedy_config(21)
     )
     assert on.tokens == off.tokens == ar_reference(smollm2.model, ids, 21)
+
+
+def test_output_ngrams_pool_what_the_newest_tokens_complete():
+    from fastforward.decoders.lookahead import add_output_ngrams
+
+    pool = NGramPool(100, 4)
+    add_output_ngrams(pool, [1, 2, 3], [4, 5], 2, 3)  # prompt and output read as one text
+    assert pool.candidates(2, 4) == [(3, 4)] and pool.candidates(3, 4) == [(4, 5)]
+    short = NGramPool(100, 4)
+    add_output_ngrams(short, [1], [4, 5], 2, 3)  # the first would start before the prompt: skipped
+    assert short.candidates(1, 4) == [(4, 5)] and len(short) == 1

@@ -115,7 +115,7 @@ def test_quantized_copy_shares_the_targets_tensors_and_leaves_it_unchanged(tied)
 @pytest.mark.parametrize("options", [{"bits": 8}, {"bits": 4, "group_size": 32}, {"bits": 4}])
 def test_qsd_equals_greedy_ar_on_tiny_models(arch, options):
     target = make_tiny(arch=arch, seed=0)
-    dec = build_decoder("qsd", target, None, {"gamma": 4, **options})
+    dec = build_decoder("qsd", target, None, {"gamma": 4, "gamma_auto": False, **options})
     assert dec.lossless and not dec.needs_draft and dec.in_all
     ar = ARDecoder(target.model)
     accepted = 0
@@ -175,7 +175,7 @@ def real_subset(smollm2, real_prompts) -> tuple[list[list[int]], list[list[int]]
 @pytest.mark.parametrize("bits", [8, 4])
 def test_qsd_equals_greedy_ar_fp32_real_prompts(smollm2, real_subset, bits):
     prompts, refs = real_subset
-    dec = build_decoder("qsd", smollm2, None, {"bits": bits, "gamma": 4})
+    dec = build_decoder("qsd", smollm2, None, {"bits": bits, "gamma": 4, "gamma_auto": False})
     cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
     proposed = accepted = 0
     for ids, ref in zip(prompts, refs, strict=True):
@@ -194,7 +194,7 @@ def test_qsd_on_a_prepacked_target_quantizes_a_reload_and_stays_exact(real_promp
 
     target = load_model("smollm2-135m", "float32", path="prepacked")
     assert path_of(target.model) == "prepacked"
-    dec = build_decoder("qsd", target, None, {"bits": 8, "gamma": 4, "vocab": 8192})
+    dec = build_decoder("qsd", target, None, {"bits": 8, "gamma": 4, "vocab": 8192, "gamma_auto": False})
     ar = build_decoder("ar", target, None, {})
     config = GenerationConfig(max_new_tokens=24, eos_token_ids=target.eos_token_ids)
     accepted = 0

@@ -59,7 +59,7 @@ def test_sd_cross_equals_greedy_ar_on_smollm2(smollm2, real_prompts, foreign: bo
         draft = LoadedModel("tiny-bpe", tiny.path, tiny.model, tok, "float32")
     else:
         draft = smollm2
-    dec = build_decoder("sd-cross", smollm2, draft, {"gamma": 4})
+    dec = build_decoder("sd-cross", smollm2, draft, {"gamma": 4, "gamma_auto": False})
     ar = build_decoder("ar", smollm2, None, {})
     config = GenerationConfig(max_new_tokens=32, eos_token_ids=smollm2.eos_token_ids)
     proposed = accepted = 0

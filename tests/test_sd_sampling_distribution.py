@@ -145,7 +145,7 @@ def test_sd_sample_reproduces_the_target_distribution(
     target: LoadedModel, draft: LoadedModel, temperature: float, top_k: int
 ) -> None:
     joint = exact_joint(target, sampling(temperature, top_k, 0))
-    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3})
+    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3, "gamma_auto": False})
     samples, extras = generate_all(decoder, temperature, top_k, N_SAMPLES)
 
     proposed = sum(e["spec_proposed"] for e in extras)
@@ -208,7 +208,7 @@ def test_sd_sample_with_a_reduced_draft_vocabulary_reproduces_the_target_distrib
     the residual keeps all of the target's mass there: the output still follows the target exactly."""
     temperature, top_k = CONFIGS[0]
     joint = exact_joint(target, sampling(temperature, top_k, 0))
-    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3})
+    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3, "gamma_auto": False})
     keep = [0, 2, 3, 5, 6, 8, 9, 11]  # not a prefix: a position/id mix-up would show
     subset = VocabSubset(torch.tensor(keep), VOCAB)
     decoder.drafter.head = RestrictedHead(draft.model.lm_head.weight, None, subset)

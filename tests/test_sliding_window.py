@@ -119,16 +119,17 @@ def test_baselines_equal_the_cache_free_reference(gemma, prompts, refs, method) 
 @pytest.mark.parametrize(
     ("method", "options"),
     [
-        ("jacobi", {"block_size": 4}),
-        ("lookahead", {}),
-        ("pld", {"gamma": 4}),
-        ("layerskip", {"layers": 2}),
-        ("qsd", {"gamma": 3, "bits": 4, "group_size": 32}),
-        ("sd", {"gamma": 3}),
+        ("jacobi", {"block_size": 4, "gate": "off"}),
+        ("lookahead", {"gate": "off"}),
+        ("pld", {"gamma": 4, "gamma_auto": False}),
+        ("layerskip", {"layers": 2, "gamma_auto": False}),
+        ("qsd", {"gamma": 3, "bits": 4, "group_size": 32, "gamma_auto": False}),
+        ("sd", {"gamma": 3, "gamma_auto": False}),
         ("hf_assisted", {}),
     ],
 )
 def test_lossless_methods_equal_ar_past_the_window(gemma, prompts, refs, method, options) -> None:
+    """Fixed schedules (gate off, fixed gamma): every step guesses, so rollback past the window is hit."""
     dec = build_decoder(method, gemma, near_copy(), options)
     assert dec.lossless
     accepted_more = False

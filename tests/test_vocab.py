@@ -128,7 +128,7 @@ def test_reduced_vocabulary_self_drafts_are_exact_on_smollm2(smollm2, real_promp
     """Real SmolLM2 in fp32: the 4096-token draft head (81-88% of corpus tokens) drafts, the target's
     verification keeps every output identical to greedy AR."""
     ar = build_decoder("ar", smollm2, None, {})
-    dec = build_decoder(method, smollm2, None, {"vocab": 4096, "gamma": 4, **extra})
+    dec = build_decoder(method, smollm2, None, {"vocab": 4096, "gamma": 4, "gamma_auto": False, **extra})
     assert dec.drafter.head is not None and dec.drafter.head.subset.size == 4096
     config = GenerationConfig(max_new_tokens=32, eos_token_ids=smollm2.eos_token_ids)
     accepted = 0

@@ -1,16 +1,18 @@
-"""Per request, run a method's parallel step only while it beats a plain AR step on this machine.
+"""Run a method's parallel step only while it beats a plain AR step on this machine and text.
 
 A parallel step (a Jacobi block, a lookahead window) feeds many tokens to commit a few; whether that pays is
 ``tokens per step / ms per step`` against ``1 / ms per AR step``, and both sides differ by machine (a
 16-token forward costs ~1.1x one token on a CPU with bf16 instructions, 3-16x on an AVX2-only one in bf16)
 and by text (Jacobi commits ~1.05 tokens per step on chat, more on code). So the step is not fixed in
-advance: :class:`StepGate` times both kinds of step inside the request and chooses the one that has given
+advance: :class:`StepGate` times both kinds of step as they run and chooses the one that has given
 more tokens per ms. An AR step feeds only the last committed token, so it costs what AR costs; while AR
-wins, the parallel step is probed again after a back-off that doubles with every losing probe (a cost ratio
-that the text could overcome is found again; one that nothing overcomes costs ~1/64 of the time).
+wins, the parallel step is probed again (a burst of steps, since a method's steps build on each other) after
+a back-off that doubles with every losing probe (a cost ratio that the text could overcome is found again;
+one that nothing overcomes costs ~1/64 of the time).
 
-Any schedule of parallel and AR steps commits the same greedy tokens (each step commits the target's own
-argmax chain), so the gate never changes greedy output, only speed. With a seeded sampler the step schedule
+A decoder keeps one gate across its requests (:meth:`StepGate.begin`), so only its first request pays the
+opening measurements and a server or bench settles once. Any schedule of parallel and AR steps commits the
+same greedy tokens (each step commits the target's own argmax chain), so the gate never changes greedy output, only speed. With a seeded sampler the step schedule
 would follow measured times and the seed would not reproduce, so the decoders keep the gate off there.
 """
 
@@ -47,28 +49,40 @@ class Ema:
 class StepGate:
     """Chooses each step: the method's parallel step (True) or a plain AR step (False).
 
-    Opening: a parallel step, an AR step, then parallel steps up to ``min_parallel`` (each measured);
-    afterwards whichever has given more tokens per ms. While AR wins, one parallel step probes again after ``backoff`` AR steps times the cost
-    ratio of the two kinds of step (so a probe costs at most ~1/backoff of the time however expensive the
-    wide forward is); a probe that still loses doubles the back-off (up to ``max_backoff``), one that wins
-    resets it. ``enabled=False``
-    always answers True (the method as configured)."""
+    A method's parallel steps build on each other (a lookahead window needs N-1 steps before it yields
+    n-grams, a Jacobi guess one step to refresh), so the parallel step is judged on *bursts* of ``burst``
+    consecutive steps, never on one. Opening: a burst, then an AR step; afterwards whichever has given more
+    tokens per ms (tokens per parallel step: the burst's mean, then a slow running average while the method
+    runs). While AR wins, a burst probes again after ``backoff * burst * cost ratio`` AR steps, so probing
+    costs at most ~1/backoff of the time however expensive the wide forward is; a burst that still loses
+    doubles the back-off (up to ``max_backoff``), one that wins resets it. ``enabled=False`` always answers
+    True (the method as configured)."""
 
     enabled: bool = True
-    min_parallel: int = 2  # parallel steps in the opening, before the first judgement
+    burst: int = 4  # consecutive parallel steps per judgement (the opening and every probe)
     min_backoff: int = 8
     max_backoff: int = 64
-    tokens: Ema = field(default_factory=Ema)  # tokens committed per parallel step
+    tokens: Ema = field(default_factory=lambda: Ema(decay=0.9))  # tokens committed per parallel step
     parallel_ms: Ema = field(default_factory=Ema)
     ar_ms: Ema = field(default_factory=Ema)
-    backoff: int = 0  # AR steps between probes while AR wins
+    backoff: int = 0  # probe spacing while AR wins (times burst and cost ratio, in AR steps)
     wait: int = 0  # AR steps since the last parallel step
     ar_steps: int = 0
     probes: int = 0
-    _probing: bool = False
+    _left: int = 0  # parallel steps left in the current burst
+    _sum: int = 0  # tokens the current burst committed so far
+    _at_begin: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         self.backoff = self.min_backoff
+        self._left = self.burst  # the opening burst
+
+    def begin(self) -> StepGate:
+        """Start a request. The estimates and the back-off carry over from earlier requests (a decoder
+        keeps one gate: step costs are the machine's, and a workload's text changes less between its
+        requests than the opening would cost to relearn); :meth:`extras` counts from here."""
+        self._at_begin = (self.ar_steps, self.probes)
+        return self
 
     def winning(self) -> bool:
         """Whether the parallel step has given at least as many tokens per ms as the AR step so far."""
@@ -78,17 +92,16 @@ class StepGate:
 
     def parallel(self) -> bool:
         """The kind of the next step."""
-        if not self.enabled or self.parallel_ms.value is None:
+        if not self.enabled or self._left > 0:
             return True
-        if self.ar_ms.value is None:
+        if self.ar_ms.value is None or self.parallel_ms.value is None:
             return False  # the opening AR step
-        if self.parallel_ms.count < self.min_parallel:
-            return True  # a second parallel step before judging: the first may pay for new kernel shapes
         if self.winning():
             return True
-        assert self.parallel_ms.value is not None and self.ar_ms.value is not None
-        if self.wait >= self.backoff * max(1.0, self.parallel_ms.value / self.ar_ms.value):
-            self._probing = True
+        ratio = max(1.0, self.parallel_ms.value / self.ar_ms.value)
+        if self.wait >= self.backoff * self.burst * ratio:
+            self._left, self._sum = self.burst, 0  # a probe
+            self.probes += 1
             return True
         return False
 
@@ -101,19 +114,23 @@ class StepGate:
             self.ar_steps += 1
             self.wait += 1
             return
-        if self._probing and self.tokens.value is not None:
-            # the estimate predates the AR stretch and the text has moved on: the probe weighs half
-            self.tokens.value = 0.5 * (self.tokens.value + tokens)
-        else:
-            self.tokens.add(tokens)
         self.parallel_ms.add(ms)
         self.wait = 0  # AR steps are counted from the last parallel one
-        if self._probing:
-            self._probing = False
-            self.probes += 1
-            won = self.winning()
-            self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
+        if self._left <= 0:  # the method is running: a slow running average
+            self.tokens.add(tokens)
+            return
+        self._sum += tokens
+        self._left -= 1
+        if self._left == 0:  # a burst ends: its mean replaces the estimate (the text has moved on)
+            self.tokens.value, self.tokens.count = self._sum / self.burst, max(self.tokens.count, 2)
+            self._sum = 0
+            if self.probes:
+                won = self.winning()
+                self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
 
     def extras(self) -> dict[str, int]:
         """Counters for the run's stats: AR steps taken instead of the parallel step, probes after losing."""
-        return {"gate_ar_steps": self.ar_steps, "gate_probes": self.probes}
+        return {
+            "gate_ar_steps": self.ar_steps - self._at_begin[0],
+            "gate_probes": self.probes - self._at_begin[1],
+        }

@@ -294,6 +294,7 @@ class JacobiDecoder(Decoder):
         eos = eos[0] if isinstance(eos, list) else eos
         self.pad_id = int(pad if pad is not None else eos if eos is not None else 0)
         self.last_trajectory: list[BlockTrajectory] = []
+        self.gate = StepGate()  # shared by this decoder's requests (core.pacing)
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         c, dev, sampling = self.config, self.device, run.config.sampling
@@ -312,7 +313,7 @@ class JacobiDecoder(Decoder):
         live: list[_Live] = []  # live[0] is the real-active block (RA), the others pseudo blocks
         guess: list[int] = []  # the live blocks' guesses for their uncommitted positions, in order
         forwards = 0
-        gate = StepGate(enabled=gate_on(c, sampling))
+        gate = self.gate.begin() if gate_on(c, sampling) else StepGate(enabled=False)
         while not run.done:
             t_step = time.perf_counter()
             anchor = tokens[-1]

@@ -52,6 +52,7 @@ class LookaheadConfig:
     candidates: int = opt(4, min=1)  # G: most pooled n-grams verified per step (also kept per first token)
     pool_size: int = opt(4096, min=1)  # most distinct first tokens in the pool (LRU eviction)
     prompt_ngrams: bool = True  # seed the pool with the prompt's n-grams
+    output_ngrams: bool = True  # add the n-grams the committed output completes, every step
     seed: int = 0  # seed of the window's random initialisation from the prompt
     gate: str = opt("auto", choices=("auto", "off"))  # auto: plain AR steps while they beat lookahead steps
 
@@ -112,6 +113,19 @@ def window_ngrams(rows: Sequence[Sequence[int]], last_out: Sequence[int]) -> lis
     return [[row[i] for row in rows] + [int(last_out[i])] for i in range(len(last_out))]
 
 
+def add_output_ngrams(
+    pool: NGramPool, prompt: Sequence[int], tokens: Sequence[int], new: int, n: int
+) -> None:
+    """Pool the n-grams that end at the ``new`` newest committed tokens (prompt + output as one text): text
+    that repeats itself is then verified from the pool, as prompt lookup would, also while the gate runs AR
+    steps and the window makes no n-grams."""
+    for end in range(len(tokens) - new + 1, len(tokens) + 1):
+        start = end - n
+        gram = list(prompt[start:] if start < 0 else []) + list(tokens[max(start, 0) : end])
+        if start >= -len(prompt) and len(gram) == n:
+            pool.add(gram)
+
+
 class LookaheadDecoder(Decoder):
     name = "lookahead"
     lossless = True
@@ -120,6 +134,9 @@ class LookaheadDecoder(Decoder):
         super().__init__(model)
         self.config = check_config(config or LookaheadConfig(), self.name)
         self._layouts: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
+        # shared by this decoder's requests (core.pacing); judged on bursts long enough for the window to
+        # fill its N-1 rows and yield n-grams
+        self.gate = StepGate(burst=max(4, self.config.ngram + 2))
 
     def _layout(self, rows: int, cands: int) -> tuple[torch.Tensor, list[int]]:
         key = (rows, cands)
@@ -146,7 +163,8 @@ class LookaheadDecoder(Decoder):
         anchor_pos = len(prompt)
         ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
         hist: list[int] = []
-        gate = StepGate(enabled=c.gate == "auto" and (sampling.greedy or sampling.seed is None))
+        on = c.gate == "auto" and (sampling.greedy or sampling.seed is None)
+        gate = self.gate.begin() if on else StepGate(enabled=False)
         while not run.done:
             t_step = time.perf_counter()
             if not gate.parallel():  # an AR step: the anchor alone; window and pool wait
@@ -157,6 +175,8 @@ class LookaheadDecoder(Decoder):
                     use_cache=True,
                 ).logits[0, -1]
                 run.commit([int(select_token(logits, sampling, gen))])
+                if c.output_ngrams:
+                    add_output_ngrams(pool, prompt, tokens, 1, c.ngram)
                 anchor_pos += 1
                 gate.observe(False, 1, (time.perf_counter() - t_step) * 1e3)
                 continue
@@ -194,6 +214,8 @@ class LookaheadDecoder(Decoder):
             if extra is None:
                 extra = nxt[accepted[-1] if accepted else 0]
             keep = run.commit([flat[i] for i in accepted] + [extra])
+            if c.output_ngrams:
+                add_output_ngrams(pool, prompt, tokens, len(keep), c.ngram)
             keep_positions(cache, anchor_pos, [0, *accepted])
             anchor_pos += 1 + len(accepted)
 

@@ -226,6 +226,8 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "candidates": "G: most pooled n-grams verified per step",
         "pool_size": "most distinct first tokens kept in the n-gram pool (LRU)",
         "prompt_ngrams": "seed the n-gram pool with the prompt's n-grams",
+        "output_ngrams": "pool the n-grams the committed output completes, every step (repeated text is then "
+        "verified from the pool, as prompt lookup would)",
         "seed": "seed of the random initial guess (every generation restarts from it)",
         "gate": GATE_HELP,
     },

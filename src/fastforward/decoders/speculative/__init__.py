@@ -16,7 +16,9 @@
 Options (``--opt key=value``, :class:`SpecOptions`): every speculative method accepts the whole set, so
 one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses its own.
 
-``gamma_auto`` is on by default (``gamma`` is then the first step's draft length): each step's draft length,
+``gamma_auto`` is on by default for the lossless methods (``gamma`` is then the first step's draft length;
+typical and consultant keep a fixed gamma, since what they accept depends on it and the output would then
+follow measured times): each step's draft length,
 0 included (a plain AR step), comes from this request's measured draft and verify costs and acceptance, so
 a draft that does not pay on this machine (a layerskip or qsd draft where a k-token verify costs several
 1-token forwards, as bf16 does on an AVX2-only CPU) switches itself off instead of running below AR.
@@ -68,6 +70,8 @@ from fastforward.models.loading import load_model
 from fastforward.models.quantize import INT4_GROUP_SIZES, quantize_linear, quantized_copy
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
+# lossy verifiers: their output depends on the draft length, so by default it stays fixed (reproducible)
+LOSSY = ("typical", "consultant")
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class SpecOptions:
     adaptive: bool = False  # +1 after a full acceptance, -1 after a rejection
     gamma_max: int | None = opt(None, min=1)  # adaptive upper bound (default max(12, gamma))
     gamma_auto: bool | None = None  # each step's gamma from measured costs and acceptance (default: on
-    # unless adaptive is set; batched steps and seeded sampling use the fixed gamma)
+    # for the lossless methods unless adaptive is set; batched steps and seeded sampling use the fixed gamma)
     ngram_max: int = opt(3, min=1)  # pld: longest suffix n-gram looked up
     ngram_min: int = opt(1, min=1)  # pld: shortest
     layers: int | None = opt(None, min=1)  # layerskip: draft layers (default half the target's)
@@ -102,7 +106,7 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     spec = SpecConfig(
         gamma=o.gamma,
         adaptive=o.adaptive,
-        gamma_auto=o.gamma_auto if o.gamma_auto is not None else not o.adaptive,
+        gamma_auto=o.gamma_auto if o.gamma_auto is not None else not o.adaptive and name not in LOSSY,
         gamma_max=o.gamma_max if o.gamma_max is not None else max(12, o.gamma),
         require_sampling=name == "sd-sample",
     )  # validated by SpeculativeDecoder

@@ -134,6 +134,10 @@ class SpeculativeDecoder(Decoder):
         self.drafter, self.verifier, self.spec = drafter, verifier, spec
         self.name, self.lossless, self.needs_draft = name, verifier.lossless, needs_draft
         self.in_all = verifier.lossless and not spec.require_sampling
+        # gamma_auto's estimates, kept across requests: the costs are this machine's, and the acceptance
+        # rate of a workload moves less between its requests than relearning it each time would cost
+        # (a draft that does not pay here is not even prefilled on the next request)
+        self.costs = CostTracker()
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         config, cfg, stats = run.config, run.config.sampling, run.stats
@@ -151,7 +155,9 @@ class SpeculativeDecoder(Decoder):
         ex = _Counters()
         gamma = self.spec.gamma
         # seeded sampling keeps the fixed gamma: a schedule from measured times would not reproduce the seed
-        costs = CostTracker() if self.spec.gamma_auto and (cfg.greedy or cfg.seed is None) else None
+        costs = self.costs if self.spec.gamma_auto and (cfg.greedy or cfg.seed is None) else None
+        if costs is not None:
+            gamma = costs.gamma(gamma, self.spec.gamma_max)
         while not run.done:
             seq = prompt + tokens
             g = min(gamma, config.max_new_tokens - len(tokens) - 1)
