@@ -149,7 +149,7 @@ def test_eos_inside_accepted_ngram_stops_where_ar_does():
 
 
 def test_lookahead_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts):
-    dec = build_decoder("lookahead", smollm2, None, {})
+    dec = build_decoder("lookahead", smollm2, None, {"gate": "off"})  # counts pool hits
     eos = smollm2.eos_token_ids
     forwards = tokens = from_pool = 0
     for ids in real_prompts:
