@@ -106,6 +106,7 @@ def test_disabled_gate_is_always_parallel():
 
 def test_jacobi_gate_is_off_where_it_would_change_what_is_measured_or_seeded():
     greedy, seeded = SamplingConfig(), SamplingConfig(temperature=0.7, seed=3)
+    assert seeded.seeded and not greedy.seeded and not SamplingConfig(seed=3).seeded  # greedy needs no seed
     assert gate_on(JacobiConfig(), greedy)
     assert gate_on(JacobiConfig(), SamplingConfig(temperature=0.7))
     assert not gate_on(JacobiConfig(), seeded)

@@ -69,7 +69,8 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_isa() -> str:
-    """torch's CPU capability (e.g. AVX2, AVX512) plus the bf16 / VNNI / AMX extensions the CPU reports."""
+    """torch's CPU capability (e.g. AVX2, AVX512) plus the bf16 / VNNI / AMX extensions this process may use
+    (:func:`cpu_flags`: those the CPU reports, less what an ISA cap removes)."""
     import torch
 
     flags = cpu_flags()

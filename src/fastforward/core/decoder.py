@@ -43,6 +43,12 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    @property
+    def seeded(self) -> bool:
+        """Sampling with a fixed seed: the same call must give the same tokens, so nothing that follows
+        measured times (step gates, gamma_auto, a timed tree sizer) may shape the steps."""
+        return not self.greedy and self.seed is not None
+
     def validate(self) -> None:
         if self.temperature < 0:
             raise FastForwardError(f"temperature must be >= 0, got {self.temperature}")

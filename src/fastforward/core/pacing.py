@@ -12,8 +12,9 @@ one that nothing overcomes costs ~1/64 of the time).
 
 A decoder keeps one gate across its requests (:meth:`StepGate.begin`), so only its first request pays the
 opening measurements and a server or bench settles once. Any schedule of parallel and AR steps commits the
-same greedy tokens (each step commits the target's own argmax chain), so the gate never changes greedy output, only speed. With a seeded sampler the step schedule
-would follow measured times and the seed would not reproduce, so the decoders keep the gate off there.
+same greedy tokens (each step commits the target's own argmax chain), so the gate never changes greedy
+output, only speed. With a seeded sampler the step schedule would follow measured times and the seed would
+not reproduce, so the decoders keep the gate off there (``SamplingConfig.seeded``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Ema:
     decay: float = 0.8
     value: float | None = None
     count: int = 0
+
+    def set(self, x: float) -> None:
+        """Replace the estimate by a fresh measurement that stands for many samples (a burst's mean)."""
+        self.value, self.count = x, max(self.count, 2)
 
     def add(self, x: float) -> None:
         self.count += 1
@@ -122,9 +127,9 @@ class StepGate:
         self._sum += tokens
         self._left -= 1
         if self._left == 0:  # a burst ends: its mean replaces the estimate (the text has moved on)
-            self.tokens.value, self.tokens.count = self._sum / self.burst, max(self.tokens.count, 2)
+            self.tokens.set(self._sum / self.burst)
             self._sum = 0
-            if self.probes:
+            if self.probes:  # a probe's burst (the opening burst sets no back-off)
                 won = self.winning()
                 self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
 

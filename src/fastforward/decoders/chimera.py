@@ -60,7 +60,7 @@ from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
-from fastforward.decoders.speculative.drafters import NGramIndex
+from fastforward.decoders.speculative.drafters import NGramIndex, check_ngram_range
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 
@@ -87,8 +87,7 @@ class ChimeraOptions:
     ngram_min: int = opt(1, min=1)  # lookup: shortest
 
     def validate(self) -> None:
-        if self.ngram_min > self.ngram_max:
-            raise FastForwardError(f"need ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
+        check_ngram_range(self.ngram_min, self.ngram_max)
 
 
 # lookup branch, tree=auto: prior of the tokens a branch adds per step, how fast the estimate follows the
@@ -131,7 +130,7 @@ class ChimeraDecoder(Decoder):
         num_heads = self.draft.cfg.num_heads
         # seeded sampling must reproduce: the trees (and so the random draws) then follow the cached cost
         # curve and the committed tokens only, not this run's measured times
-        sizer = self._sizer(timed=sampling.greedy or sampling.seed is None)
+        sizer = self._sizer(timed=not sampling.seeded)
         head_hits = [0] * num_heads
         accepted_drafts: list[int] = []
         verified = 0  # tree tokens the target read, root included

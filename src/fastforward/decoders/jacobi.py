@@ -51,8 +51,8 @@ trajectory measures need one block per forward: with ``max_blocks`` > 1 only ``b
 committed tokens) and ``iterations`` (decode forwards) are recorded; with recycling alone they are measured
 on the iterates along the accepted branches.
 
-*Step gate* (``gate=auto``, the default; :mod:`fastforward.core.pacing`): a request times its block steps
-against plain AR steps (the anchor alone fed; the guesses wait unchanged) and takes AR steps while they give
+*Step gate* (``gate=auto``, the default; :mod:`fastforward.core.pacing`): the decoder times its block steps
+(judged on bursts of 4, estimates kept across its requests) against plain AR steps (the anchor alone fed; the guesses wait unchanged) and takes AR steps while they give
 more tokens per ms, probing the block again after a back-off. On a CPU where a wide forward costs several
 one-token forwards (bf16 on AVX2) Jacobi then runs at about AR speed instead of a fraction of it; where wide
 forwards are nearly free it never leaves the block. Greedy output is the same under any schedule. It stays
@@ -265,12 +265,7 @@ def gate_on(config: JacobiConfig, sampling: SamplingConfig) -> bool:
     spawning reads how the pseudo blocks' guesses changed, which an AR step does not refresh), no recorded
     trajectories (they are training data for per-iteration measures), and no seeded sampling (the step
     schedule follows measured times, so the seed would not reproduce)."""
-    return (
-        config.gate == "auto"
-        and config.max_blocks == 1
-        and not config.record
-        and (sampling.greedy or sampling.seed is None)
-    )
+    return config.gate == "auto" and config.max_blocks == 1 and not config.record and not sampling.seeded
 
 
 @dataclass

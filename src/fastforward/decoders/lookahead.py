@@ -15,12 +15,13 @@ Sampling (temperature > 0) stays lossless in distribution: the pooled candidates
 judged by recursive rejection sampling over their prefix tree (:func:`accept_tree_sampled`); the window
 keeps proposing from the target's argmax, which only affects how often candidates are accepted.
 
-*Step gate* (``gate=auto``, the default; :mod:`fastforward.core.pacing`): each request times its lookahead
-steps against plain AR steps (the anchor alone; window and pool wait unchanged) and takes AR steps while they
+*Step gate* (``gate=auto``, the default; :mod:`fastforward.core.pacing`): the decoder times its lookahead
+steps (judged on bursts of N+2, long enough for the window to fill) against plain AR steps (the anchor alone; window and pool wait unchanged) and takes AR steps while they
 give more tokens per ms, probing again after a back-off, so where a wide forward costs several narrow ones
 (bf16 on an AVX2-only CPU) lookahead runs at about AR speed rather than below it. Greedy output is the same
 under any schedule; seeded sampling keeps the gate off (its schedule would follow measured times). Stats add
-``gate_ar_steps`` and ``gate_probes``.
+``gate_ar_steps`` and ``gate_probes``. ``output_ngrams`` (default on) also pools the n-grams the committed
+output completes, so text that repeats itself is verified from the pool during AR stretches too.
 
 Defaults are sized for a CPU in bfloat16, where a forward over ~25 tokens costs ~1.3-1.8x a one-token
 forward (docs/results/jacobi_lookahead.md); the paper's GPU settings (W=15, N=5, G=15) cost far more here.
@@ -163,8 +164,7 @@ class LookaheadDecoder(Decoder):
         anchor_pos = len(prompt)
         ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
         hist: list[int] = []
-        on = c.gate == "auto" and (sampling.greedy or sampling.seed is None)
-        gate = self.gate.begin() if on else StepGate(enabled=False)
+        gate = self.gate.begin() if c.gate == "auto" and not sampling.seeded else StepGate(enabled=False)
         while not run.done:
             t_step = time.perf_counter()
             if not gate.parallel():  # an AR step: the anchor alone; window and pool wait
@@ -227,9 +227,9 @@ class LookaheadDecoder(Decoder):
             hist.extend([0] * (len(keep) + 1 - len(hist)))
             hist[len(keep)] += 1
             gate.observe(True, 1 + len(accepted), (time.perf_counter() - t_step) * 1e3)
-        run.stats.extras.update(ex, accepted_hist=hist)
+        run.stats.extras.update(ex, accepted_hist=hist)  # accepted_hist[k]: steps that committed k tokens
         if gate.enabled:
-            run.stats.extras.update(gate.extras())  # accepted_hist[k]: steps that committed k tokens
+            run.stats.extras.update(gate.extras())
 
 
 def build(name: str, target, draft, options: dict) -> LookaheadDecoder:

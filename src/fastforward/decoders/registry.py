@@ -180,18 +180,19 @@ USED_BY: dict[str, dict[str, tuple[str, ...]]] = {
 # What each option means, per module; a (module, method) key overrides it for one method. `fastforward
 # methods` prints these, and two methods whose texts differ read the same key differently.
 GATE_HELP = (
-    "auto: time the method's steps against plain AR steps within each request and take AR steps while they "
-    "give more tokens per second (probed again after a back-off; greedy output unchanged; off with a "
-    "seed); off: every step is the method's own"
+    "auto: time the method's steps against plain AR steps (estimates kept across the decoder's requests) and "
+    "take AR steps while they give more tokens per second (probed again after a back-off; greedy output "
+    "unchanged; off with a seed); off: every step is the method's own"
 )
 OPTION_HELP: dict[str, dict[str, str]] = {
     "speculative": {
         "gamma": "draft tokens proposed per step",
         "adaptive": "adapt gamma: +1 after a fully accepted draft, -1 after a rejection",
         "gamma_max": "upper bound of an adaptive or cost-chosen gamma",
-        "gamma_auto": "choose each step's gamma from this request's measured draft and verify costs and its "
-        "acceptance rate (the draft length with the most expected tokens per second; 0, a plain AR step, "
-        "where no draft pays, probed again now and then); on by default unless adaptive is set",
+        "gamma_auto": "choose each step's gamma from measured draft and verify costs and the acceptance rate "
+        "(kept across the decoder's requests; the draft length with the most expected tokens per second; 0, a "
+        "plain AR step, where no draft pays, probed again now and then); default on for the lossless methods "
+        "unless adaptive is set, off for typical/consultant; fixed gamma with a seed and in batches",
         "ngram_max": "longest suffix n-gram looked up in the prompt and output",
         "ngram_min": "shortest suffix n-gram looked up (with lookup_first: at least 2)",
         "lookup_first": "draft by prompt lookup where a suffix n-gram (n >= 2) recurs, by the draft model only "

@@ -16,11 +16,11 @@
 Options (``--opt key=value``, :class:`SpecOptions`): every speculative method accepts the whole set, so
 one unscoped ``--opt gamma=3`` can serve several of them in a bench; each uses its own.
 
-``gamma_auto`` is on by default for the lossless methods (``gamma`` is then the first step's draft length;
+``gamma_auto`` is on by default for the lossless methods (``gamma`` is then the first draft length;
 typical and consultant keep a fixed gamma, since what they accept depends on it and the output would then
-follow measured times): each step's draft length,
-0 included (a plain AR step), comes from this request's measured draft and verify costs and acceptance, so
-a draft that does not pay on this machine (a layerskip or qsd draft where a k-token verify costs several
+follow measured times): each step's draft length, 0 included (a plain AR step), comes from measured draft
+and verify costs and acceptance, kept across the decoder's requests, so a draft that does not pay on this
+machine (a layerskip or qsd draft where a k-token verify costs several
 1-token forwards, as bf16 does on an AVX2-only CPU) switches itself off instead of running below AR.
 ``gamma_auto=false`` gives the fixed schedule; ``adaptive=true`` the +1/-1 one. Batched steps and seeded
 sampling use the fixed ``gamma`` (a schedule from measured times would not reproduce a seed).
@@ -53,6 +53,7 @@ from fastforward.decoders.speculative.drafters import (
     LookupFirstDrafter,
     ModelDrafter,
     PromptLookupDrafter,
+    check_ngram_range,
     shallow_view,
 )
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
@@ -97,8 +98,7 @@ class SpecOptions:
     lookup_first: bool = False  # model drafters: prompt lookup where an n-gram recurs, the model elsewhere
 
     def validate(self) -> None:
-        if self.ngram_min > self.ngram_max:
-            raise FastForwardError(f"need ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
+        check_ngram_range(self.ngram_min, self.ngram_max)
 
 
 def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:

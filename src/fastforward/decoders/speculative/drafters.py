@@ -132,6 +132,12 @@ def find_ngram_continuation(tokens: list[int], gamma: int, ngram_max: int, ngram
     return []
 
 
+def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
+    """The one check of an n-gram lookup's sizes (pld, lookup_first, Chimera's lookup branch)."""
+    if not 1 <= ngram_min <= ngram_max:
+        raise FastForwardError(f"need 1 <= ngram_min <= ngram_max, got {ngram_min} and {ngram_max}")
+
+
 class NGramIndex:
     """The most recent start of every n-gram (ngram_min <= n <= ngram_max) that some token follows, kept up to
     date as the sequence grows, so a lookup costs O(ngram_max) instead of a scan of the whole sequence.
@@ -167,8 +173,7 @@ class PromptLookupDrafter:
     """N-gram matching over prompt + output (Saxena 2023, prompt lookup decoding): deterministic drafts."""
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
-        if not 1 <= ngram_min <= ngram_max:
-            raise FastForwardError(f"need 1 <= ngram_min <= ngram_max, got {ngram_min} and {ngram_max}")
+        check_ngram_range(ngram_min, ngram_max)
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
         self.reset()
 

@@ -155,7 +155,7 @@ class SpeculativeDecoder(Decoder):
         ex = _Counters()
         gamma = self.spec.gamma
         # seeded sampling keeps the fixed gamma: a schedule from measured times would not reproduce the seed
-        costs = self.costs if self.spec.gamma_auto and (cfg.greedy or cfg.seed is None) else None
+        costs = self.costs if self.spec.gamma_auto and not cfg.seeded else None
         if costs is not None:
             gamma = costs.gamma(gamma, self.spec.gamma_max)
         while not run.done:
