@@ -62,5 +62,5 @@ def test_summarize_reads_heads_and_benches(tmp_path):
     assert rows["chimera:m"]["options"] == {"heads": "runs/m"}
     with pytest.raises(FastForwardError, match="head_topk"):
         summarize([bench], [])
-    with pytest.raises(FastForwardError, match="no such file"):
+    with pytest.raises(FastForwardError, match="not found"):
         summarize([tmp_path / "missing.json"], [])

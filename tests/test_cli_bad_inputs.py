@@ -223,7 +223,31 @@ CASES: list[tuple[str, list[str], str]] = [
     ("trace-out-parent-is-file", ["trace", "--out", "weights.bin/t.png", HI], "is a file, not a directory"),
     ("score-not-a-result", ["score", "not_result.json"], "not a bench result"),
     ("score-missing", ["score", "missing.json"], "bench result not found"),
-    ("report-directory", ["report", "emptydir"], "cannot read emptydir"),
+    ("report-directory", ["report", "emptydir"], "emptydir is a directory"),
+    # ---- a user's file in another encoding, for every command that reads one
+    (
+        "train-cllm-not-utf8",
+        ["train-cllm", "--data", "latin1.jsonl", "--out", "m", "--mixed-precision", "no"],
+        "not UTF-8 text",
+    ),
+    ("collect-not-utf8", ["collect", "--data-path", "latin1.jsonl", "--out", "t.jsonl"], "not UTF-8 text"),
+    ("report-not-utf8", ["report", "latin1.jsonl"], "not UTF-8 text"),
+    ("score-not-utf8", ["score", "latin1.jsonl"], "not UTF-8 text"),
+    (
+        "chimera-report-not-utf8",
+        ["chimera-report", "--heads", "latin1.jsonl", "--out", "s.json"],
+        "not UTF-8",
+    ),
+    (
+        "eval-cllm-not-utf8",
+        ["eval-cllm", "--cllm", "smollm2-135m", "--data-path", "latin1.jsonl"],
+        "not UTF-8",
+    ),
+    (
+        "resume-not-utf8",
+        ["bench", "--dataset", "gsm8k", "--limit", "1", "--out", "latin.json", "--resume"],
+        "cannot read the sample log",
+    ),  # fmt: skip
 ]
 
 
@@ -258,6 +282,7 @@ def _fill(d: Path) -> None:
     for name, text in files.items():
         (d / name).write_text(text, encoding="utf-8")
     (d / "latin1.jsonl").write_bytes('{"prompt": "café"}\n'.encode("latin-1"))
+    (d / "latin.samples.jsonl").write_bytes('{"format": "café"}\n'.encode("latin-1"))
     (d / "emptydir").mkdir()
     (d / "outdir.json").mkdir()
     # a corrupt cache of the default model: marker and files present, weights truncated
@@ -337,3 +362,15 @@ def test_refused_runs_leave_the_interrupted_log_and_write_nothing(outcomes, scra
     )
     assert len((scratch / "run.samples.jsonl").read_text().splitlines()) == 2
     assert not list(scratch.glob("*.md")) and not (scratch / "run.json").exists()
+
+
+def test_a_chimera_draft_config_in_another_encoding_is_one_line(tmp_path: Path, tiny) -> None:
+    """``--opt heads=DIR`` reads DIR's config: a latin-1 file there is a FastForwardError naming it."""
+    from fastforward.chimera.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_draft
+    from fastforward.errors import FastForwardError
+
+    (tmp_path / CONFIG_FILE).write_bytes('{"chimera": {"name": "café"}}'.encode("latin-1"))
+    (tmp_path / WEIGHTS_FILE).write_bytes(b"")
+    with pytest.raises(FastForwardError, match="not UTF-8 text") as e:
+        load_draft(tmp_path, tiny.model)
+    assert "\n" not in str(e.value)

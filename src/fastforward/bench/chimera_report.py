@@ -15,14 +15,12 @@ from typing import Any
 
 from fastforward.core.metrics import record_totals
 from fastforward.decoders.registry import base_method, parse_options
-from fastforward.errors import FastForwardError
+from fastforward.errors import FastForwardError, read_user_text
 
 
 def _read(path: str | Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise FastForwardError(f"no such file: {path}") from None
+        return json.loads(read_user_text(path))
     except json.JSONDecodeError as e:
         raise FastForwardError(f"{path} is not JSON ({e})") from None
 

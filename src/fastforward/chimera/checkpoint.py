@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fastforward.chimera.model import ChimeraConfig, ChimeraDraft
-from fastforward.errors import FastForwardError
+from fastforward.errors import FastForwardError, read_user_text
 
 CONFIG_FILE, WEIGHTS_FILE = "chimera_config.json", "draft.safetensors"
 
@@ -41,7 +41,12 @@ def load_draft(path: str | Path, model: torch.nn.Module) -> ChimeraDraft:
     p = Path(path)
     if not (p / CONFIG_FILE).exists() or not (p / WEIGHTS_FILE).exists():
         raise FastForwardError(f"no Chimera draft in '{path}' (expected {CONFIG_FILE} and {WEIGHTS_FILE})")
-    cfg = ChimeraConfig(**json.loads((p / CONFIG_FILE).read_text())["chimera"])
+    try:
+        cfg = ChimeraConfig(**json.loads(read_user_text(p / CONFIG_FILE, "Chimera draft config"))["chimera"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise FastForwardError(
+            f"'{p / CONFIG_FILE}' is not a Chimera draft config ({type(e).__name__}: {e})"
+        ) from None
     embed, head, bias = target_matrices(model)
     if (head.shape[0], head.shape[1]) != (cfg.vocab_size, cfg.hidden_size):
         raise FastForwardError(

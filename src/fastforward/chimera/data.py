@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from fastforward.core.batched import batched_greedy
 from fastforward.data import Sample, load_dataset, render_prompt
+from fastforward.errors import FastForwardError, read_user_text
 from fastforward.log import log
 from fastforward.models.loading import LoadedModel
 
@@ -67,9 +68,14 @@ def collect_distill_data(
     meta = {"target": target.name, "hidden_size": _hidden(target), "config": asdict(cfg)}
     meta_path = out / "meta.json"
     if meta_path.exists():
-        old = json.loads(meta_path.read_text())
+        try:
+            old = json.loads(read_user_text(meta_path, "Chimera data meta"))
+        except json.JSONDecodeError as e:
+            raise FastForwardError(f"{meta_path} is not JSON ({e}); use another --data dir") from None
+        if not isinstance(old, dict):
+            raise FastForwardError(f"{meta_path} is not a Chimera data meta; use another --data dir")
         if old.get("hidden_size") != meta["hidden_size"] or old.get("target") != meta["target"]:
-            raise ValueError(
+            raise FastForwardError(
                 f"{out} holds data of another target ({old.get('target')}); use another --data dir"
             )
     if rank == 0:  # atomically: another rank may be reading it for the check above

@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     except FastForwardError as e:
         print(f"fastforward: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as e:  # a user's file in another encoding that no reader named: still one line
+        print(
+            f"fastforward: error: a file given is not UTF-8 text ({e.reason} at byte {e.start})",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("fastforward: interrupted", file=sys.stderr)
         return 130

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from fastforward.bench.report import markdown_table
-from fastforward.errors import FastForwardError
+from fastforward.errors import FastForwardError, read_user_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,12 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     for f in args.files:
         try:
-            data = json.loads(Path(f).read_text())
+            data = json.loads(read_user_text(f, "result file"))
             table = markdown_table(data)
-        except FileNotFoundError:
-            raise FastForwardError(f"no such result file: {f}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise FastForwardError(f"cannot read {f}: {e}") from None
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise FastForwardError(
                 f"{f} is not a fastforward bench result ({type(e).__name__}: {e})"

@@ -106,11 +106,8 @@ class TrainResult:
 
 
 def load_training_groups(
-    cfg: TrainConfig, delimiters: set[int] | None
+    cfg: TrainConfig, records: list[TrajectoryRecord], delimiters: set[int] | None
 ) -> tuple[list[list[TrajectoryRecord]], CleanReport]:
-    records = read_records(cfg.data)
-    if not records:
-        raise FastForwardError(f"{cfg.data}: no trajectory records")
     kept, report = prepare(records, cfg.clean, delimiters, cfg.augment_per_state, cfg.seed)
     if cfg.ar_target == "labels" and not any(r.answer_ids for r in kept):
         raise FastForwardError(
@@ -206,6 +203,9 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
 
     # bf16 autocast is ours, not Accelerate's: its process-wide state refuses a second, different
     # mixed_precision in one process (tests, notebooks, a Chimera run before this one)
+    records = read_records(cfg.data)  # before the model loads: a bad file fails in one line, at once
+    if not records:
+        raise FastForwardError(f"{cfg.data}: no trajectory records")
     accel = accelerator()
     bf16 = cfg.mixed_precision == "bf16"
     set_seed(cfg.seed)
@@ -222,7 +222,7 @@ def train(cfg: TrainConfig, log=None) -> TrainResult:
     model.train()
 
     delimiters = _sentence_delimiters(tok)
-    groups, report = load_training_groups(cfg, delimiters)
+    groups, report = load_training_groups(cfg, records, delimiters)
     log(report.summary())
     log(f"train: {len(groups)} prompts, {sum(len(g) for g in groups)} blocks")
 

@@ -48,7 +48,10 @@ def curve_models(run_dir: str | Path) -> list[tuple[str, Path, int, int]]:
     found.sort(key=lambda t: t[2])
     final = run / "cllm_training.json"
     if final.exists():
-        m = json.loads(final.read_text())
+        try:
+            m = json.loads(final.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise FastForwardError(f"{final}: corrupt training metadata ({e})") from None
         if not found or found[-1][2] != int(m["steps"]):
             found.append(("final", run, int(m["steps"]), int(m["train_tokens"])))
     if not found:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastforward.errors import FastForwardError
+from fastforward.errors import FastForwardError, read_user_text
 
 
 @dataclass
@@ -164,7 +164,7 @@ def read_records(path: str | Path) -> list[TrajectoryRecord]:
     path = Path(path)
     if not path.exists():
         raise FastForwardError(f"trajectory file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_user_text(path, "trajectory file")
     if text.lstrip().startswith("["):
         try:
             items = json.loads(text)

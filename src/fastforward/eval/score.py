@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fastforward.data import gsm8k, humaneval
-from fastforward.errors import FastForwardError
+from fastforward.errors import FastForwardError, read_user_text
 from fastforward.eval.humaneval import check_completion
 
 BASELINE = "ar"
@@ -113,8 +113,8 @@ def score_file(path: str | Path, timeout_s: float = 10.0) -> dict[str, Any]:
     """Score a bench JSON and add the scores to it in place (only when something could be scored)."""
     p = Path(path)
     try:
-        result = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        result = json.loads(read_user_text(p, "bench result"))
+    except (OSError, json.JSONDecodeError) as e:
         raise FastForwardError(f"cannot read bench result {p}: {e}") from None
     if not isinstance(result, dict):
         raise FastForwardError(
