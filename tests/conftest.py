@@ -34,6 +34,20 @@ def real_prompts(smollm2: LoadedModel) -> list[list[int]]:
     return [render_prompt(smollm2.tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in samples]
 
 
+def prepacked_refusal(dtype: torch.dtype) -> str | None:
+    """Why ``--path prepacked`` cannot run ``dtype`` on this CPU (None where it can): oneDNN runs bf16 only
+    with avx512bw/vl/dq or avx_ne_convert, so on AVX2-only CPUs a bf16 prepacked test skips with this reason
+    and its float32 counterpart carries the check."""
+    from fastforward.errors import FastForwardError
+    from fastforward.models.kernels import check_path
+
+    try:
+        check_path("prepacked", dtype)
+    except FastForwardError as e:
+        return str(e)
+    return None
+
+
 def make_tiny(arch: str = "llama", vocab: int = 512, seed: int = 0) -> LoadedModel:
     """A random-init 2-layer model of the given architecture; tokenizer-free (ids only)."""
     return tiny_model(arch, vocab, seed)
@@ -46,3 +60,24 @@ def tiny() -> LoadedModel:
 
 def greedy_config(n: int, eos: tuple[int, ...] = ()) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=n, eos_token_ids=eos)
+
+
+# (model id, prompt, eos) -> (greedy AR tokens, the length limit they were computed with)
+_AR_MEMO: dict[tuple[int, tuple[int, ...], tuple[int, ...]], tuple[list[int], int]] = {}
+AR_MEMO_MIN = 32  # compute at least this many tokens, so tests asking 21, 24 or 32 share one generation
+
+
+def greedy_ar(model: torch.nn.Module, prompt, n: int, eos=()) -> list[int]:
+    """Greedy AR tokens of ``model`` after ``prompt`` (at most ``n``, stopping at ``eos``), computed once per
+    session: the exactness tests of every method compare with the same references, and on a 2-core AVX2
+    CPU recomputing them per test cost minutes. AR's first n tokens do not depend on the length limit, so one
+    generation of ``max(n, AR_MEMO_MIN)`` tokens answers every shorter request."""
+    from fastforward.decoders.ar import ARDecoder
+
+    key = (id(model), tuple(int(t) for t in prompt), tuple(eos))
+    cached = _AR_MEMO.get(key)
+    if cached is None or (len(cached[0]) >= cached[1] and cached[1] < n):  # not computed far enough
+        limit = max(n, AR_MEMO_MIN)
+        tokens = ARDecoder(model).generate(list(key[1]), greedy_config(limit, tuple(eos))).tokens
+        cached = _AR_MEMO[key] = (tokens, limit)
+    return list(cached[0][:n])

@@ -22,7 +22,7 @@ from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecod
 from fastforward.decoders.speculative.verifiers import ExactVerifier
 from fastforward.errors import FastForwardError
 
-from .conftest import greedy_config, make_tiny
+from .conftest import greedy_ar, greedy_config, make_tiny
 from .test_chimera_decode import OracleDraft
 
 # prompts of different lengths; a repeated pattern so that prompt lookup finds matches
@@ -37,8 +37,7 @@ PROMPTS = [
 
 
 def _reference(model, prompts, cfg):
-    ar = ARDecoder(model)
-    return [ar.generate(p, cfg).tokens for p in prompts]
+    return [greedy_ar(model, p, cfg.max_new_tokens, cfg.eos_token_ids) for p in prompts]
 
 
 def _run(decoder, prompts, cfg, batch_size=4, layout="padded", **kw):

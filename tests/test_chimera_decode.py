@@ -15,7 +15,7 @@ from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions, build
 from fastforward.errors import FastForwardError
 
-from .conftest import greedy_config, make_tiny
+from .conftest import greedy_ar, greedy_config, make_tiny
 
 
 class OracleDraft:
@@ -52,7 +52,7 @@ class OracleState:
 
 
 def _reference(model, prompt: list[int], n: int, eos=()) -> list[int]:
-    return prompt + ARDecoder(model).generate(prompt, greedy_config(n, eos)).tokens
+    return list(prompt) + greedy_ar(model, prompt, n, eos)
 
 
 @pytest.mark.parametrize(
@@ -99,12 +99,11 @@ def test_untrained_draft_greedy_tree_equals_ar_on_tiny_with_eos():
 def test_greedy_tree_verification_equals_ar_on_real_prompts(smollm2, real_prompts):
     """>= 20 real prompts, fp32, an untrained draft: acceptance is low but every token must match AR."""
     dec = ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions())
-    ar = ARDecoder(smollm2.model)
     cfg = greedy_config(24, smollm2.eos_token_ids)
     lookups = 0
     for ids in real_prompts[:20]:
         res = dec.generate(ids, cfg)
-        assert res.tokens == ar.generate(ids, cfg).tokens
+        assert res.tokens == greedy_ar(smollm2.model, ids, 24, smollm2.eos_token_ids)
         assert res.stats.new_tokens == sum(res.stats.accepted_per_step)
         lookups += res.stats.extras["trigram_cache_lookups"]
     assert lookups > 0

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SUITE = Path(__file__).resolve().parents[1] / "recipes" / "gpu_suite.sh"
 
 
@@ -25,6 +27,7 @@ def _suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SUITE), *args], capture_output=True, text=True, env=env, timeout=1200)
 
 
+@pytest.mark.slow  # ~2.5 min on a 2-core AVX2 CPU: `make bench-slow` runs it, as before a GPU session
 def test_gpu_suite_dry_run_writes_every_result_and_resumes(tmp_path):
     steps = _suite(tmp_path, "--list").stdout.split()
     assert steps[0] == "bench-small" and "cllm-train" in steps and "chimera-bench" in steps

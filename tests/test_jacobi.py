@@ -3,14 +3,11 @@ and the CLLM trajectory measures on hand-made trajectories."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
 from fastforward.core.acceptance import common_prefix
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
-from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.jacobi import (
     JacobiConfig,
     JacobiDecoder,
@@ -24,17 +21,12 @@ from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import is_pulled, load_model
 
-from .conftest import greedy_config, make_tiny
-
-
-@functools.cache
-def _ar_tokens(model: torch.nn.Module, prompt: tuple[int, ...], n: int, eos: tuple[int, ...]) -> list[int]:
-    return ARDecoder(model).generate(list(prompt), greedy_config(n, eos)).tokens
+from .conftest import greedy_ar, greedy_config, make_tiny
 
 
 def ar_reference(model: torch.nn.Module, prompt, n: int, eos: tuple[int, ...] = ()) -> list[int]:
-    """Greedy AR tokens, computed once per (model, prompt, length, eos) and shared with test_lookahead."""
-    return _ar_tokens(model, tuple(prompt), n, tuple(eos))
+    """Greedy AR tokens, computed once per session (:func:`conftest.greedy_ar`), shared with test_lookahead."""
+    return greedy_ar(model, prompt, n, eos)
 
 
 class Spy(torch.nn.Module):

@@ -250,6 +250,12 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     (out / _DONE).write_text(json.dumps(marker, indent=1) + "\n")
 
 
+def model_name(ref: str) -> str:
+    """The name results and cost caches use for ``ref``; a registry name is its own, so asking costs nothing
+    (no pull, no conversion: ``--path auto`` reads cached curves before any model loads)."""
+    return ref if ref in REGISTRY else _resolve(ref)[0]
+
+
 def _resolve(ref: str) -> tuple[str, Path]:
     if ref in REGISTRY:
         return ref, pull(ref)
