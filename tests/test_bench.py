@@ -27,10 +27,17 @@ from .conftest import make_tiny
 
 def test_run_bench_contract_on_real_model(smollm2):
     samples = load_dataset("mtbench", 1)  # two turns -> two generations per method
-    decoders = {m: build_decoder(m, smollm2) for m in ("ar", "hf_generate")}
+    decoders = {m: build_decoder(m, smollm2) for m in ("ar", "hf_generate", "jacobi")}
     cfg = GenerationConfig(max_new_tokens=8, eos_token_ids=smollm2.eos_token_ids)
     out = run_bench(smollm2, decoders, samples, cfg, "mtbench", warmup=1)
     assert {"model", "dtype", "dataset", "hardware", "methods"} <= out.keys()
+    # provenance: the ISA, versions, revision and date of every result
+    assert out["isa"] and out["versions"]["torch"] and out["date"].endswith("Z") and "revision" in out
+    # what ran: AR steps vs parallel ones, per method (jacobi's gate may take either; AR is all AR steps)
+    ar, jac = out["methods"]["ar"], out["methods"]["jacobi"]
+    assert ar["ar_step_share"] == 1.0 and ar["parallel_steps"] == 0 and ar["width_hist"][1] == ar["ar_steps"]
+    assert jac["ar_steps"] + jac["parallel_steps"] == jac["target_forwards"] - jac["samples"]
+    assert jac["ar_step_share"] == jac["ar_steps"] / (jac["ar_steps"] + jac["parallel_steps"])
     for name in ("ar", "hf_generate"):
         m = out["methods"][name]
         assert {

@@ -452,3 +452,23 @@ def test_describe_names_an_isa_cap(monkeypatch) -> None:
 
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
     assert "capped: ONEDNN_MAX_CPU_ISA=AVX2" in describe()
+
+
+def test_the_table_says_when_a_method_ran_mostly_ar_steps() -> None:
+    """A method whose gate or gamma_auto fell back to AR on most steps is marked and explained, so its
+    ~1.00x does not read as the method's own result; results written before the split still render."""
+    result = _result("float32", 1.0)
+    result["methods"]["pld"].update(ar_step_share=0.1)
+    result["methods"]["typical"].update(ar_step_share=0.9)
+    result["methods"]["ar"].update(ar_step_share=1.0)
+    table = markdown_table(result)
+    assert "| parallel steps |" in table
+    assert "| pld | " in table and "| 90% |" in table  # pld: 10% AR steps, no mark
+    assert "| typical † |" in table and "| 10% |" in table
+    assert "mostly plain AR steps (typical 90% AR)" in table
+    assert "| ar | " in table and "ar †" not in table  # AR is AR: no mark, no share
+    old = markdown_table(_result("float32", 1.0))
+    assert "†" not in old and "| - |" in old
+    auto = _result("float32", 1.0)
+    auto["methods"]["auto"] = {**auto["methods"]["pld"], "auto_choice": "lookahead"}
+    assert "| auto → lookahead |" in markdown_table(auto)

@@ -164,3 +164,24 @@ def test_gate_counters_reach_the_stats_and_gate_off_removes_them():
     assert "gate_ar_steps" not in off.stats.extras
     assert off.tokens == on.tokens
     assert pacing.StepGate().parallel()  # a fresh gate opens with the method's own step
+
+
+def test_ema_demote_makes_the_next_sample_provisional_and_reopen_starts_afresh():
+    e = Ema(decay=0.5)
+    for x in (10.0, 20.0, 20.0):
+        e.add(x)
+    assert e.value == 20.0  # the first sample was replaced, the third averaged in
+    e.demote()
+    e.add(500.0)  # a cold step: taken, but only provisionally
+    assert e.value == 500.0
+    e.add(20.0)  # the next sample replaces it instead of averaging with it
+    assert e.value == 20.0
+    gate = StepGate(burst=3)
+    for _ in range(3):
+        assert gate.parallel()
+        gate.observe(True, 1, 100.0)
+    gate.observe(False, 1, 10.0)
+    gate.observe(False, 1, 10.0)
+    assert not gate.parallel() and gate.ar_steps == 2
+    gate.reopen()
+    assert gate.parallel() and gate.ar_steps == 0 and gate.burst == 3  # opens with a burst, settings kept

@@ -102,6 +102,8 @@ def test_chat_streamed_equals_non_streamed_with_emoji_and_cjk(served: Served) ->
     ext = full.model_extra["fastforward"]
     assert ext["method"] == "ar" and ext["target_forwards"] == 16 and ext["tokens_per_forward"] == 1.0
     assert ext["decode_time_s"] > 0
+    assert (ext["ar_steps"], ext["parallel_steps"]) == (15, 0)  # what ran: every step after the prefill
+    assert ext["dtype"] == "float32" and ext["path"] in ("default", "prepacked")
 
 
 @pytest.mark.parametrize("method", ["lookahead", "jacobi"])
@@ -191,10 +193,14 @@ def test_pld_metrics_count_draft_and_accepted_tokens(served: Served) -> None:
     accepted = samples['fastforward:spec_decode_num_accepted_tokens_total{method="pld"}']
     drafted = samples['fastforward:spec_decode_num_draft_tokens_total{method="pld"}']
     tokens = samples['fastforward:spec_decode_generation_tokens_total{method="pld"}']
+    drafts = samples['fastforward:spec_decode_num_drafts_total{method="pld"}']
+    ar_steps = samples['fastforward:spec_decode_num_ar_steps_total{method="pld"}']
     assert tokens == forwards + accepted  # each forward: the target's token plus the accepted drafts
-    assert drafted >= accepted
+    assert drafted >= accepted and drafted >= drafts
+    assert ext["ar_steps"] + ext["parallel_steps"] == ext["target_forwards"] - 1
     if ext["target_forwards"] == forwards:  # only this request used pld so far
         assert ext["tokens_per_forward"] == pytest.approx(tokens / forwards, abs=1e-3)
+        assert (drafts, ar_steps) == (ext["parallel_steps"], ext["ar_steps"])  # AR fallback counted apart
 
 
 # --------------------------------------------------------------------------- stop strings

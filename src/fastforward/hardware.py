@@ -98,6 +98,42 @@ def describe() -> str:
     return "; ".join(parts)
 
 
+def git_revision(where: Path | None = None) -> str | None:
+    """The commit the code ran from (``+dirty`` with uncommitted changes); None outside a git checkout."""
+    import subprocess
+
+    where = where or Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5
+        )
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where, capture_output=True, text=True, timeout=5,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def provenance() -> dict[str, object]:
+    """What every results file records so that a figure can be traced to the code and machine behind it:
+    the ISA, the library versions, the git revision and the UTC date."""
+    import datetime
+
+    import torch
+    import transformers
+
+    return {
+        "isa": cpu_isa(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "revision": git_revision(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
 # --------------------------------------------------------------------------- --dtype auto
 
 

@@ -25,6 +25,29 @@ FP32_NOTE = (
 )
 
 
+MOSTLY_AR = 0.5  # a method whose decode forwards were at least this share plain AR steps gets the mark
+AR_LIKE = ("ar", "hf_generate")
+MOSTLY_AR_NOTE = (
+    "† mostly plain AR steps ({which}): on this machine and text the method's wide step did not pay (the step "
+    "gate of jacobi/lookahead, gamma_auto of the speculative methods) or its drafter found nothing to "
+    "propose, so it ran the target one token at a time; its speed is AR's, not the method's."
+)
+
+
+def parallel_cell(m: dict[str, Any], name: str) -> str:
+    """The "parallel steps" cell: share of decode forwards that fed guesses ("-" for AR-like rows and for
+    results written before steps were split)."""
+    share = m.get("ar_step_share")
+    if name in AR_LIKE or share is None:
+        return "-"
+    return f"{1 - share:.0%}"
+
+
+def mostly_ar(m: dict[str, Any], name: str) -> bool:
+    share = m.get("ar_step_share")
+    return name not in AR_LIKE and share is not None and share >= MOSTLY_AR
+
+
 def _fmt(x: Any, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
@@ -38,19 +61,26 @@ def _lossless(value: bool | None, name: str) -> str:
 def markdown_table(result: dict[str, Any]) -> str:
     dtype = result["dtype"]
     lines = [
-        f"**{result['model']}**, {dtype}, {result['dataset']}, max_new_tokens {result['max_new_tokens']} "
+        f"**{result['model']}**, {dtype}/{result.get('path', 'default')}, {result['dataset']}, max_new_tokens {result['max_new_tokens']} "
         f"— {result['hardware']}",
         "",
-        f"| method | tokens/s | speedup vs AR | mean accepted tokens/forward | same tokens as AR ({dtype}) "
-        "| samples | lossless |",
-        "|---|---:|---:|---:|---:|---:|:--:|",
+        f"| method | tokens/s | speedup vs AR | mean accepted tokens/forward | parallel steps "
+        f"| same tokens as AR ({dtype}) | samples | lossless |",
+        "|---|---:|---:|---:|---:|---:|---:|:--:|",
     ]
+    marked = []
     for name, m in result["methods"].items():
         same = _fmt(m["identical_to_ar"], ".0%") if m["identical_to_ar"] is not None else "n/a (sampling)"
+        label = f"{name} → {m['auto_choice']}" if m.get("auto_choice") else name
+        if mostly_ar(m, name):
+            label += " †"
+            marked.append(f"{name} {m['ar_step_share']:.0%} AR")
         lines.append(
-            f"| {name} | {m['tokens_per_s']:.1f} | {m['speedup_vs_ar']:.2f}x | {_fmt(m['mean_accepted_tokens'], '.2f')} "
-            f"| {same} | {m['samples']} | {_lossless(m.get('lossless'), name)} |"
+            f"| {label} | {m['tokens_per_s']:.1f} | {m['speedup_vs_ar']:.2f}x | {_fmt(m['mean_accepted_tokens'], '.2f')} "
+            f"| {parallel_cell(m, name)} | {same} | {m['samples']} | {_lossless(m.get('lossless'), name)} |"
         )
+    if marked:
+        lines += ["", MOSTLY_AR_NOTE.format(which=", ".join(marked))]
     if "ar_vs_hf_generate" in result:
         lines += ["", f"AR baseline / transformers generate(): {result['ar_vs_hf_generate']:.2f}x"]
     sampled = all(m["identical_to_ar"] is None for m in result["methods"].values())

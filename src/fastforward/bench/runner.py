@@ -58,6 +58,7 @@ class MethodTotals:
             wall_time_s=c["wall_time_s"],
             draft_time_s=c["draft_time_s"],
             extras=c["extras"],
+            width_hist=list(c.get("width_hist", [])),  # logs written before widths were recorded: none
         )
         self.totals.add(stats, saved["record"]["identical_to_ar"])
         self.samples.append(saved["record"])
@@ -72,6 +73,7 @@ def turn_entry(record: dict[str, Any], stats: DecodeStats) -> dict[str, Any]:
         "wall_time_s": stats.wall_time_s,
         "draft_time_s": stats.draft_time_s,
         "extras": stats.extras,
+        "width_hist": stats.width_hist,
     }
     return {"record": record, "counters": counters}
 
@@ -109,6 +111,8 @@ def run_bench(
         for _ in range(warmup):
             for n in names:
                 decoders[n].generate(ids, warm)
+        for n in names:  # the warm-up paid for first-call costs; its timings must not decide the run
+            decoders[n].reopen_estimates()
 
     totals = {n: MethodTotals() for n in names}
     k = 0
@@ -155,6 +159,15 @@ def run_bench(
             "wall_time_s": t.wall_time_s,
             "target_forwards": t.target_forwards,
             "draft_time_share": t.draft_time_share,
+            # what ran: plain AR steps (a gate's or gamma_auto's fallback, a draft that found nothing)
+            # vs parallel ones, so a method that was mostly AR cannot pass for a result of its own
+            "ar_steps": t.ar_steps,
+            "parallel_steps": t.parallel_steps,
+            "ar_step_share": t.ar_step_share,
+            "drafted_tokens": t.drafted_tokens,
+            "mean_width": t.mean_width,
+            "width_hist": t.width_hist,
+            **({"auto_choice": t.extras["auto_choice"]} if "auto_choice" in t.extras else {}),
             "lossless": decoders[n].lossless,  # of the configured decoder: chimera accept=typical is lossy
             "extras": t.extras,
             "per_sample": totals[n].samples,
@@ -166,6 +179,7 @@ def run_bench(
         "fp32_logits": bool(getattr(target.model, "fastforward_fp32_logits", False)),
         "dataset": dataset,
         "hardware": hardware.describe(),
+        **hardware.provenance(),
         "max_new_tokens": config.max_new_tokens,
         "sampling": asdict(config.sampling),
         "warmup_generations_excluded": warmup * len(names),

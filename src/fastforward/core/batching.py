@@ -368,7 +368,7 @@ class BatchDecoder:
                     blk.tokens, blk.parents, logits[b], sampling, row.generator, probs
                 )
             paths.append(path)
-            ok = self._commit(row, [blk.tokens[i] for i in path[1:]] + [extra])
+            ok = self._commit(row, [blk.tokens[i] for i in path[1:]] + [extra], width=len(blk.tokens))
             alive.append(ok and not row.run.done)
         self.layout.keep(paths)
         self.proposer.observe(rows, drafts, paths, argmax, hidden)
@@ -381,14 +381,14 @@ class BatchDecoder:
             self.proposer.retain(keep)
             self.layout.retain(keep)
 
-    def _commit(self, row: Row, tokens: list[int]) -> bool:
+    def _commit(self, row: Row, tokens: list[int], width: int = 1) -> bool:
         """Commit through the row's Run; False when the request was cancelled (by flag or by its callback
         raising), which ends the row."""
         if row.request.cancelled:
             row.request.error = Cancelled()
             return False
         try:
-            kept = row.run.commit(tokens)
+            kept = row.run.commit(tokens, width=width)
         except Exception as exc:  # the callback's way to stop a generation (a server's client left)
             row.request.error = exc
             return False

@@ -117,16 +117,18 @@ class Run:
     tokens: list[int] = field(default_factory=list)  # new tokens committed so far
     done: bool = False
 
-    def commit(self, new: Sequence[int], counted: bool = True) -> list[int]:
+    def commit(self, new: Sequence[int], counted: bool = True, width: int = 1) -> list[int]:
         """Commit the tokens one target forward produced (cut at EOS / the length cap) and count the forward.
 
-        ``counted=False`` commits tokens whose forwards are unknown (a peer's ``generate()`` with assistance).
+        ``width`` is how many tokens that forward fed (1: a plain AR step), so every record says how many
+        steps were really parallel. ``counted=False`` commits tokens whose forwards are unknown (a peer's
+        ``generate()`` with assistance).
         ``tokens`` is extended in place, so a decoder may keep a reference to it. Returns the tokens kept;
         ``done`` says whether the generation is over."""
         keep, self.done = apply_stops(self.tokens, new, self.config)
         self.tokens += keep
         if counted:
-            self.stats.record_step(len(keep))
+            self.stats.record_step(len(keep), width)
         self.emit(keep)
         return keep
 
@@ -188,6 +190,11 @@ class Decoder(abc.ABC):
                 input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **forward
             )
         return cache, out
+
+    def reopen_estimates(self) -> None:
+        """Forget the timing estimates kept across requests (step gate, gamma_auto), so that a bench's
+        warm-up does not decide the measured run; methods without any have nothing to forget."""
+        return None
 
     @abc.abstractmethod
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:

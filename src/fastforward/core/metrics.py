@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastforward.core.stats import DecodeStats
+from fastforward.core.stats import DecodeStats, add_to_hist, mean_width
 
 
 def merge_extras(acc: dict[str, Any], new: Mapping[str, Any]) -> None:
@@ -57,6 +57,12 @@ class DecodeTotals:
     identical: int = 0
     compared: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    # what ran: decode forwards that fed the last token alone (AR steps) vs guesses too (parallel steps),
+    # the guessed tokens fed, and the width histogram (live stats only; stored records keep the counts)
+    ar_steps: int = 0
+    parallel_steps: int = 0
+    drafted_tokens: int = 0
+    width_hist: list[int] = field(default_factory=list)
 
     def add(self, stats: DecodeStats, identical: bool | None = None) -> None:
         """Count one generation; ``identical`` None: not compared with the reference."""
@@ -65,8 +71,25 @@ class DecodeTotals:
         self.wall_time_s += stats.wall_time_s
         self.target_forwards += stats.target_forwards
         self.draft_time_s += stats.draft_time_s
+        self.ar_steps += stats.ar_steps
+        self.parallel_steps += stats.parallel_steps
+        self.drafted_tokens += stats.drafted_tokens
+        for w, n in enumerate(stats.width_hist):
+            if n:
+                add_to_hist(self.width_hist, w, n)
         self._compare(identical)
         merge_extras(self.extras, stats.extras)
+
+    @property
+    def ar_step_share(self) -> float | None:
+        """Share of decode forwards (prefill excluded) that were plain AR steps; None without any."""
+        total = self.ar_steps + self.parallel_steps
+        return self.ar_steps / total if total else None
+
+    @property
+    def mean_width(self) -> float | None:
+        """Mean tokens fed per decode forward (from the histogram of live stats)."""
+        return mean_width(self.width_hist)
 
     def _compare(self, identical: bool | None) -> None:
         if identical is not None:
@@ -104,6 +127,8 @@ def generation_record(stats: DecodeStats, identical: bool | None) -> dict[str, A
         "new_tokens": stats.new_tokens,
         "wall_time_s": round(stats.wall_time_s, 4),
         "target_forwards": stats.target_forwards,
+        "ar_steps": stats.ar_steps,
+        "parallel_steps": stats.parallel_steps,
         "identical_to_ar": identical,
     }
 
@@ -112,7 +137,8 @@ def record_totals(records: Iterable[Mapping[str, Any]]) -> DecodeTotals:
     """Sum stored per-generation records (e.g. one dataset's share of a bench run) into totals.
 
     Records hold no draft time and no extras, so those stay zero/empty; a record whose ``identical_to_ar``
-    is None (not compared) does not count as compared.
+    is None (not compared) does not count as compared; records written before steps were split into AR and
+    parallel ones count neither.
     """
     totals = DecodeTotals()
     for r in records:
@@ -120,5 +146,7 @@ def record_totals(records: Iterable[Mapping[str, Any]]) -> DecodeTotals:
         totals.new_tokens += r["new_tokens"]
         totals.wall_time_s += r["wall_time_s"]
         totals.target_forwards += r["target_forwards"]
+        totals.ar_steps += r.get("ar_steps", 0)
+        totals.parallel_steps += r.get("parallel_steps", 0)
         totals._compare(r["identical_to_ar"])
     return totals

@@ -41,6 +41,12 @@ class Ema:
         """Replace the estimate by a fresh measurement that stands for many samples (a burst's mean)."""
         self.value, self.count = x, max(self.count, 2)
 
+    def demote(self) -> None:
+        """Make the next sample provisional again (it replaces the value and is replaced by the one after):
+        a step that pays a one-time cost is coming, e.g. a draft catching up on the tokens committed while
+        it was off, or the first step of a request."""
+        self.count = 0
+
     def add(self, x: float) -> None:
         self.count += 1
         if self.count <= 2:
@@ -81,6 +87,12 @@ class StepGate:
     def __post_init__(self) -> None:
         self.backoff = self.min_backoff
         self._left = self.burst  # the opening burst
+
+    def reopen(self) -> None:
+        """Forget every estimate and open with a burst again, as a new gate would (the estimates of a
+        warm-up run must not decide the measured one)."""
+        fresh = StepGate(self.enabled, self.burst, self.min_backoff, self.max_backoff)
+        self.__dict__.update(fresh.__dict__)
 
     def begin(self) -> StepGate:
         """Start a request. The estimates and the back-off carry over from earlier requests (a decoder

@@ -121,6 +121,9 @@ class AutoDecoder(Decoder):
         self.chosen, self.choice, self.why = chosen, choice, why
         self.lossless = chosen.lossless  # always true: every candidate is checked lossless
 
+    def reopen_estimates(self) -> None:
+        self.chosen.reopen_estimates()
+
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         run.stats.extras["auto_choice"] = self.choice
         self.chosen._generate(prompt_ids, run)

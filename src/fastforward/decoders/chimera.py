@@ -194,7 +194,7 @@ class ChimeraDecoder(Decoder):
                 ema = consultant_ema(ema, logits[path], new, opts.beta)
             keep_positions(cache, prefix, path)
             prefix += len(path)
-            run.commit(new)
+            run.commit(new, width=len(node_tokens))
             verified += len(node_tokens)
             if chain:  # tokens only the branch proposed: nodes grafted after the tree's own
                 gained = sum(1 for i in path if i >= tree.size)

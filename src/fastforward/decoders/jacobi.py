@@ -291,6 +291,9 @@ class JacobiDecoder(Decoder):
         self.last_trajectory: list[BlockTrajectory] = []
         self.gate = StepGate()  # shared by this decoder's requests (core.pacing)
 
+    def reopen_estimates(self) -> None:
+        self.gate.reopen()
+
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         c, dev, sampling = self.config, self.device, run.config.sampling
         gen = make_generator(sampling, dev)
@@ -359,7 +362,7 @@ class JacobiDecoder(Decoder):
                     blk.stable = common_prefix(guess[off : off + rem], new[off : off + rem])
                 blk.traj.iterates.append(blk.traj.fixed_point + new[off : off + rem])
                 off += rem
-            keep = run.commit(step)
+            keep = run.commit(step, width=len(flat))
             rest = list(keep)
             for i, blk in enumerate(live):
                 rem = blk.size - len(blk.traj.fixed_point)

@@ -139,6 +139,9 @@ class LookaheadDecoder(Decoder):
         # fill its N-1 rows and yield n-grams
         self.gate = StepGate(burst=max(4, self.config.ngram + 2))
 
+    def reopen_estimates(self) -> None:
+        self.gate.reopen()
+
     def _layout(self, rows: int, cands: int) -> tuple[torch.Tensor, list[int]]:
         key = (rows, cands)
         if key not in self._layouts:
@@ -213,7 +216,7 @@ class LookaheadDecoder(Decoder):
 
             if extra is None:
                 extra = nxt[accepted[-1] if accepted else 0]
-            keep = run.commit([flat[i] for i in accepted] + [extra])
+            keep = run.commit([flat[i] for i in accepted] + [extra], width=len(flat))
             if c.output_ngrams:
                 add_output_ngrams(pool, prompt, tokens, len(keep), c.ngram)
             keep_positions(cache, anchor_pos, [0, *accepted])

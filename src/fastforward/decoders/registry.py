@@ -191,7 +191,7 @@ OPTION_HELP: dict[str, dict[str, str]] = {
         "gamma_max": "upper bound of an adaptive or cost-chosen gamma",
         "gamma_auto": "choose each step's gamma from measured draft and verify costs and the acceptance rate "
         "(kept across the decoder's requests; the draft length with the most expected tokens per second; 0, a "
-        "plain AR step, where no draft pays, probed again now and then); default on for the lossless methods "
+        "plain AR step, where no draft pays, probed again in bursts after a doubling back-off); default on for the lossless methods "
         "unless adaptive is set, off for typical/consultant; fixed gamma with a seed and in batches",
         "ngram_max": "longest suffix n-gram looked up in the prompt and output",
         "ngram_min": "shortest suffix n-gram looked up (with lookup_first: at least 2)",

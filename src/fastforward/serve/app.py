@@ -176,10 +176,11 @@ class Reply:
             m.e2e.labels(self.method).observe(now - self.arrival)
 
     def extension(self) -> dict[str, Any]:
-        """Our response extension: the method, tokens per target forward and timings of this generation."""
+        """Our response extension: the method, what ran (the dtype and kernel path, plain AR steps beside
+        parallel ones), tokens per target forward and timings of this generation."""
         job = self.job
-        if self.done is not None:  # the decoder's own stats, complete
-            st = self.done.result.stats
+        st = self.done.result.stats if self.done is not None else None
+        if st is not None:  # the decoder's own stats, complete
             tokens, forwards, decode_s, prefill_s = (
                 st.new_tokens,
                 st.target_forwards,
@@ -189,9 +190,16 @@ class Reply:
         else:  # cut short by a stop string: counted from the steps the worker delivered
             tokens, forwards, prefill_s = len(self.token_ids), job.steps, None
             decode_s = (self.last_at or 0.0) - job.started_at if job.started_at is not None else 0.0
+        target = self.engine.target
         ext: dict[str, Any] = {
             "method": self.method,
+            "dtype": target.dtype,
+            "path": getattr(target.model, "fastforward_path", "default"),
             "target_forwards": forwards,
+            # decode forwards that fed the last token alone (AR fallback) vs guesses too; None when a stop
+            # string cut the generation (only its steps are known, not their widths)
+            "ar_steps": st.ar_steps if st is not None else None,
+            "parallel_steps": st.parallel_steps if st is not None else None,
             "tokens_per_forward": round(tokens / forwards, 4) if forwards else 0.0,
             "decode_time_s": round(decode_s, 6),
             "prefill_time_s": round(prefill_s, 6) if prefill_s is not None else None,
@@ -199,6 +207,8 @@ class Reply:
             "ttft_s": round(self.first_at - self.arrival, 6) if self.first_at is not None else None,
             "tokens_per_s": round(tokens / decode_s, 3) if decode_s > 0 else 0.0,
         }
+        if st is not None and "auto_choice" in st.extras:
+            ext["auto_choice"] = st.extras["auto_choice"]
         if self.req.return_token_ids:
             ext["token_ids"] = list(self.token_ids)
         return ext
@@ -280,6 +290,7 @@ def create_app(
                 "methods": engine.methods,
                 "context_length": engine.context_length,
                 "dtype": engine.target.dtype,
+                "path": getattr(engine.target.model, "fastforward_path", "default"),
             },
         }
         return {"object": "list", "data": [card]}

@@ -30,20 +30,16 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 prometheus_client.disable_created_metrics()  # the *_created series only clutter a scrape
 
 
-def draft_counts(stats: DecodeStats) -> tuple[int | None, int, list[int], list[int]]:
+def draft_counts(stats: DecodeStats) -> tuple[int, int, list[int], list[int]]:
     """(draft tokens proposed, draft tokens accepted, proposed and accepted per draft position) of one run.
 
     Accepted draft tokens are the tokens a forward committed beyond the one the target always adds, the same
-    for every method (plain AR: 0). Proposed tokens are known only where a method counts them: the
-    draft-then-verify family (``spec_proposed``) and lookahead (every token verified beside the anchor: the
-    Jacobi window and the pooled n-grams); None elsewhere."""
+    for every method (plain AR: 0). Proposed tokens are the guesses every decode forward fed beside the last
+    committed token (its width minus one), so they are counted the same way for every method: the draft
+    chain of the sd family and pld, the Jacobi block, lookahead's window and pooled n-grams, Chimera's tree."""
     accepted = sum(max(0, k - 1) for k in stats.accepted_per_step)
     ex = stats.extras
-    proposed: int | None = None
-    if "spec_proposed" in ex:
-        proposed = int(ex["spec_proposed"])
-    elif "forward_tokens" in ex and "steps" in ex:
-        proposed = int(ex["forward_tokens"]) - int(ex["steps"])
+    proposed = stats.drafted_tokens
     return (
         proposed,
         accepted,
@@ -108,12 +104,23 @@ class ServeMetrics:
             Counter, "spec_decode_num_target_forwards", "target-model forwards, prefill included"
         )
         self.drafts = per_method(
-            Counter, "spec_decode_num_drafts", "verification forwards (target forwards after the prefill)"
+            Counter,
+            "spec_decode_num_drafts",
+            "verification forwards that fed at least one guess (AR fallback steps are counted apart)",
+        )
+        self.ar_steps = per_method(
+            Counter,
+            "spec_decode_num_ar_steps",
+            "decode forwards that fed the last token alone: plain AR, or a method's fallback (step gate, "
+            "gamma_auto choosing no draft, a drafter that found nothing)",
         )
         self.draft_tokens = per_method(
             Counter,
             "spec_decode_num_draft_tokens",
-            "draft tokens proposed (methods that count them: sd family, pld, lookahead)",
+            "guessed tokens fed to the target beside the last committed one (every method)",
+        )
+        self.auto_choice = per_method(
+            Counter, "auto_choice", "generations of --method auto, by the method it chose", "choice"
         )
         self.accepted_tokens = per_method(
             Counter,
@@ -136,7 +143,7 @@ class ServeMetrics:
     def ensure_method(self, method: str) -> None:
         """Create a method's series at zero, so a scrape lists every loaded method before it is used."""
         counters = (self.prompt_tokens, self.generation_tokens, self.spec_tokens, self.forwards, self.drafts)
-        for c in (*counters, self.draft_tokens, self.accepted_tokens):
+        for c in (*counters, self.ar_steps, self.draft_tokens, self.accepted_tokens):
             c.labels(method)
 
     def observe_generation(self, method: str, stats: DecodeStats) -> None:
@@ -146,11 +153,13 @@ class ServeMetrics:
         token counters; the spec-decode counters stay exact sums over whole generations."""
         self.spec_tokens.labels(method).inc(stats.new_tokens)
         self.forwards.labels(method).inc(stats.target_forwards)
-        self.drafts.labels(method).inc(max(0, stats.target_forwards - 1))
+        self.drafts.labels(method).inc(stats.parallel_steps)
+        self.ar_steps.labels(method).inc(stats.ar_steps)
         proposed, accepted, prop_at, acc_at = draft_counts(stats)
         self.accepted_tokens.labels(method).inc(accepted)
-        if proposed is not None:
-            self.draft_tokens.labels(method).inc(proposed)
+        self.draft_tokens.labels(method).inc(proposed)
+        if "auto_choice" in stats.extras:
+            self.auto_choice.labels(method, str(stats.extras["auto_choice"])).inc()
         for i, n in enumerate(prop_at):
             self.proposed_per_pos.labels(method, str(i)).inc(n)
         for i, n in enumerate(acc_at):

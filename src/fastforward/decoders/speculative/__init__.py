@@ -21,7 +21,9 @@ typical and consultant keep a fixed gamma, since what they accept depends on it 
 follow measured times): each step's draft length, 0 included (a plain AR step), comes from measured draft
 and verify costs and acceptance, kept across the decoder's requests, so a draft that does not pay on this
 machine (a layerskip or qsd draft where a k-token verify costs several
-1-token forwards, as bf16 does on an AVX2-only CPU) switches itself off instead of running below AR.
+1-token forwards, as bf16 does on an AVX2-only CPU) switches itself off instead of running below AR, and is
+probed again in short bursts after a back-off that doubles while it keeps losing (so it returns when the text
+starts paying: ``CostTracker``).
 ``gamma_auto=false`` gives the fixed schedule; ``adaptive=true`` the +1/-1 one. Batched steps and seeded
 sampling use the fixed ``gamma`` (a schedule from measured times would not reproduce a seed).
 

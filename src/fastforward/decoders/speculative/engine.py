@@ -22,6 +22,7 @@ import torch
 
 from fastforward.core.cache import rollback
 from fastforward.core.decoder import Decoder, Run, Timer
+from fastforward.core.pacing import Ema
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.decoders.speculative.drafters import DraftContext, Proposal
 from fastforward.decoders.speculative.verifiers import Verdict, Verifier
@@ -58,44 +59,109 @@ def best_gamma(
 
 
 class CostTracker:
-    """Running estimates, within one request, of what :func:`best_gamma` needs: the acceptance rate (an
-    exponential average of each step's accepted/proposed, starting from an even prior), the draft's cost
-    per token and the verify forward's cost per width (ms, exponential averages; an unseen width takes
-    the nearest measured one).
+    """Running estimates of what :func:`best_gamma` needs, and the schedule that probes a draft it turned off.
 
-    When no draft length pays (a draft that is slow or rarely right on this text and machine) it returns
-    0 and the step is plain AR, so speculation costs at most its probes; while it is off, each AR step
-    moves the acceptance estimate a little back towards the prior, so the draft is tried again (text
-    changes within a request) about every ``1 / relax`` steps."""
+    Estimates: the acceptance rate (an exponential average of each step's accepted/proposed from an even
+    prior), the draft's cost per token and the verify forward's cost per width (ms; an unseen width takes
+    the nearest measured one). Cost samples go through :class:`~fastforward.core.pacing.Ema`, whose first
+    sample is provisional; the draft's first sample of each request and of each probe is provisional again,
+    because that step pays for the draft catching up on the context (a draft model prefills it), and one
+    provisional sample alone never turns the draft off.
+
+    When no draft length pays (a draft that is slow or rarely right on this machine and text) it returns 0
+    and the step is plain AR. While off, the draft is probed as :class:`~fastforward.core.pacing.StepGate`
+    probes a parallel step: a burst of ``burst`` drafted steps after ``backoff * burst * cost ratio`` AR
+    steps, whose acceptance replaces the estimate and whose cost is measured afresh; a probe that still
+    loses doubles the back-off (up to ``max_backoff``), one that wins turns the draft back on. A draft that
+    never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
+    comes back within one back-off.
+    """
 
     PRIOR = 0.5
 
-    def __init__(self, decay: float = 0.7, relax: float = 0.05) -> None:
-        self.decay, self.relax = decay, relax
+    def __init__(
+        self, decay: float = 0.7, burst: int = 3, min_backoff: int = 8, max_backoff: int = 64
+    ) -> None:
+        self.decay, self.burst, self.min_backoff, self.max_backoff = decay, burst, min_backoff, max_backoff
         self.alpha = self.PRIOR
-        self.draft_ms: float | None = None
-        self.verify_ms: dict[int, float] = {}
+        self.draft_ms = Ema(decay)  # per draft token
+        self.verify_ms: dict[int, Ema] = {}  # per width (tokens fed)
+        self.backoff, self.wait = min_backoff, 0  # wait: AR steps since the last drafted one
+        self.off_steps = self.probes = 0
+        self.gamma_max = 1
+        self._left, self._sum = 0, [0, 0]  # drafted steps left in a probe; its (proposed, accepted)
+        self._cold = False  # the next drafted step pays the draft's catch-up: its cost sample is provisional
+        self._at_begin = (0, 0)
 
-    def _avg(self, old: float | None, new: float) -> float:
-        return new if old is None else self.decay * old + (1 - self.decay) * new
+    def begin(self) -> CostTracker:
+        """Start a request: estimates and back-off carry over (this machine's costs; a workload's text moves
+        less between its requests than relearning would cost, and a draft that is off is not even prefilled),
+        the draft's next cost sample is provisional (it re-reads the prompt), :meth:`extras` counts from here."""
+        self._at_begin = (self.off_steps, self.probes)
+        self._cold = True
+        return self
 
-    def observe(self, proposed: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
-        if proposed:
-            self.alpha = self._avg(self.alpha, accepted / proposed)
-            self.draft_ms = self._avg(self.draft_ms, draft_ms / proposed)
-        else:  # an AR step: nothing learned about the draft; drift back so that it is probed again
-            self.alpha += self.relax * (self.PRIOR - self.alpha)
-        k = proposed + 1
-        self.verify_ms[k] = self._avg(self.verify_ms.get(k), verify_ms)
+    def reopen(self) -> None:
+        """Forget every estimate (a warm-up's must not decide the measured run)."""
+        self.__init__(self.decay, self.burst, self.min_backoff, self.max_backoff)
 
     def verify_cost(self, k: int) -> float:
-        nearest = min(self.verify_ms, key=lambda w: (abs(w - k), w))
-        return self.verify_ms[nearest]
+        known = {w: e.value for w, e in self.verify_ms.items() if e.value is not None}
+        nearest = min(known, key=lambda w: (abs(w - k), w))
+        return known[nearest]
+
+    def _best(self, gamma_min: int) -> int:
+        assert self.draft_ms.value is not None
+        alpha = min(self.alpha, 0.99)
+        return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
 
     def gamma(self, current: int, gamma_max: int) -> int:
-        if self.draft_ms is None or not self.verify_ms:
-            return current
-        return best_gamma(min(self.alpha, 0.99), self.draft_ms, self.verify_cost, gamma_max, gamma_min=0)
+        """This step's draft length (0: a plain AR step)."""
+        self.gamma_max = gamma_max
+        if self.draft_ms.value is None or not self.verify_ms:
+            return current  # nothing measured yet: the configured gamma
+        if self._left > 0 or self.draft_ms.count < 2:
+            return self._best(1)  # inside a probe, or one cold draft sample only: keep drafting
+        g = self._best(0)
+        if g > 0:
+            return g
+        g1 = self._best(1)
+        ratio = max(1.0, (g1 * self.draft_ms.value + self.verify_cost(g1 + 1)) / self.verify_cost(1))
+        if self.wait >= self.backoff * self.burst * ratio:
+            self._left, self._sum = self.burst, [0, 0]  # a probe
+            self.probes += 1
+            self._cold = True  # its first step pays the draft's catch-up over the AR stretch
+            return g1
+        return 0
+
+    def observe(self, proposed: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
+        """Record a step: draft tokens proposed and accepted, and the draft's and the verify's wall time."""
+        self.verify_ms.setdefault(proposed + 1, Ema(self.decay)).add(verify_ms)
+        if not proposed:  # an AR step (draft off, or it found nothing): nothing learned about the draft
+            self.wait += 1
+            self.off_steps += 1
+            return
+        self.wait = 0
+        if self._cold:
+            self.draft_ms.demote()
+            self._cold = False
+        self.draft_ms.add(draft_ms / proposed)
+        if self._left <= 0:  # drafting: a running average
+            self.alpha = self.decay * self.alpha + (1 - self.decay) * accepted / proposed
+            return
+        self._sum = [self._sum[0] + proposed, self._sum[1] + accepted]
+        self._left -= 1
+        if self._left == 0:  # a probe ends: its rate replaces the estimate (the text has moved on)
+            self.alpha = self._sum[1] / self._sum[0]
+            won = self._best(0) > 0
+            self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
+
+    def extras(self) -> dict[str, int]:
+        """This request's AR steps (draft off or empty) and probes of a draft that was off."""
+        return {
+            "gamma_auto_ar_steps": self.off_steps - self._at_begin[0],
+            "gamma_auto_probes": self.probes - self._at_begin[1],
+        }
 
 
 @dataclass(frozen=True)
@@ -139,6 +205,9 @@ class SpeculativeDecoder(Decoder):
         # (a draft that does not pay here is not even prefilled on the next request)
         self.costs = CostTracker()
 
+    def reopen_estimates(self) -> None:
+        self.costs.reopen()
+
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         config, cfg, stats = run.config, run.config.sampling, run.stats
         if self.spec.require_sampling and cfg.greedy:
@@ -155,7 +224,7 @@ class SpeculativeDecoder(Decoder):
         ex = _Counters()
         gamma = self.spec.gamma
         # seeded sampling keeps the fixed gamma: a schedule from measured times would not reproduce the seed
-        costs = self.costs if self.spec.gamma_auto and not cfg.seeded else None
+        costs = self.costs.begin() if self.spec.gamma_auto and not cfg.seeded else None
         if costs is not None:
             gamma = costs.gamma(gamma, self.spec.gamma_max)
         while not run.done:
@@ -177,7 +246,7 @@ class SpeculativeDecoder(Decoder):
                 use_cache=True,
             ).logits[0]  # [g + 1, V]
             verdict = self.verifier(draft, proposal.probs, logits, cfg, gen)
-            run.commit(verdict.tokens(draft))
+            run.commit(verdict.tokens(draft), width=1 + len(draft))
             rollback(cache, n_seq + verdict.accepted)
             self.drafter.observe(verdict.accepted)
             ex.add(g, len(draft), verdict)
@@ -188,6 +257,8 @@ class SpeculativeDecoder(Decoder):
                 costs.observe(len(draft), verdict.accepted, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
                 gamma = costs.gamma(gamma, self.spec.gamma_max)
         stats.extras.update(ex.as_dict())
+        if costs is not None:
+            stats.extras.update(costs.extras())
         if hasattr(self.drafter, "extras"):
             stats.extras.update(self.drafter.extras())
 
