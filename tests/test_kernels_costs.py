@@ -147,6 +147,15 @@ def test_path_auto_chooses_from_recorded_curves_without_measuring(tmp_path, monk
     """--path auto (with --dtype auto) on each kind of CPU: the recorded curves sit in this machine's cache
     and nothing is loaded or measured; a configuration the CPU cannot run (here: every one without a
     record, like oneDNN bf16 on AVX2) is skipped, not measured."""
+    _record_curves(tmp_path, monkeypatch, curves)
+    pick = costs.auto_config("smollm2-135m", "auto", "auto", k)
+    assert (pick.dtype, pick.path) == expected
+    assert pick.why.startswith(f"k={k}: {expected[0]}/{expected[1]}")
+
+
+def _record_curves(tmp_path, monkeypatch, curves: list[dict]) -> None:
+    """Put recorded curves in a scratch cache; a configuration without a record counts as one this CPU
+    cannot run, and loading (i.e. measuring) fails the test."""
     from fastforward.models import kernels, loading
 
     monkeypatch.setenv("FASTFORWARD_CACHE", str(tmp_path))
@@ -165,9 +174,29 @@ def test_path_auto_chooses_from_recorded_curves_without_measuring(tmp_path, monk
 
     monkeypatch.setattr(kernels, "check_path", check_path)
     monkeypatch.setattr(loading, "load_model", no_load)
-    pick = costs.auto_config("smollm2-135m", "auto", "auto", k)
-    assert (pick.dtype, pick.path) == expected
-    assert pick.why.startswith(f"k={k}: {expected[0]}/{expected[1]}")
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "chat", "serve"])
+@pytest.mark.parametrize(
+    ("curves", "expected"),
+    [(AVX2, ("float32", "prepacked")), (AVX512_BF16, ("bfloat16", "default"))],
+)
+def test_the_commands_run_the_measured_fastest_path_by_default(
+    tmp_path, monkeypatch, command, curves, expected
+):
+    """No --dtype/--path given: generate, bench, chat and serve choose from this machine's recorded curves
+    (a parallel method: the cheapest 8-token forward), not torch's default dispatch; trace keeps default."""
+    from fastforward.cli import build_parser
+    from fastforward.cli.common import resolve_path
+
+    _record_curves(tmp_path, monkeypatch, curves)
+    method = ["--methods", "ar,pld"] if command in ("bench", "serve") else ["--method", "pld"]
+    argv = [command, *method, *(["hi"] if command == "generate" else [])]
+    args = build_parser(command).parse_args(argv)
+    assert (args.dtype, args.path) == ("auto", "auto")
+    resolve_path(args)
+    assert (args.dtype, args.path) == expected
+    assert build_parser("trace").parse_args(["trace", "hi"]).path == "default"
 
 
 def test_parallel_pays_only_with_enough_tokens_per_forward():

@@ -8,6 +8,7 @@ functions of recorded curves, testable with curves from both kinds of CPU.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from fastforward.log import log
@@ -90,14 +91,14 @@ def auto_config(
     from fastforward.errors import FastForwardError
     from fastforward.hardware import resolve_dtype
     from fastforward.models.kernels import check_path
-    from fastforward.models.loading import DTYPES, _resolve, load_model
+    from fastforward.models.loading import DTYPES, load_model, model_name
 
     if device.startswith("cuda"):
         d, _ = resolve_dtype(dtype, device)
         return Choice(d, "default" if path == "auto" else path, 0.0, "CUDA: no CPU kernel path to choose")
     dtypes = ["float32", "bfloat16"] if dtype == "auto" else [dtype]
     paths = ["default", "prepacked"] if path == "auto" else [path]
-    name = _resolve(model)[0]
+    name = model_name(model)
     records: list[dict] = []
     for d in dtypes:
         for p in paths:
@@ -111,9 +112,11 @@ def auto_config(
                 records += cached
                 continue
             log(f"--path auto: measuring {name} {d}/{p} once on this machine (cached in {f.parent})")
+            t0 = time.perf_counter()
             loaded = load_model(model, d, device, path=p)
             records += cached_curve(loaded, ks=tuple(sorted({1, VERIFY_K, k})), repeats=3)
             del loaded
+            log(f"--path auto: {name} {d}/{p} measured in {time.perf_counter() - t0:.1f} s (once; cached)")
     if not records:
         raise FastForwardError(f"--path auto: no (dtype, path) of {dtypes} x {paths} runs on this machine")
     return choose(records, k)

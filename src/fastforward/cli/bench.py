@@ -92,7 +92,7 @@ def out_paths(out: str) -> tuple[Path, Path]:
 
 def identity(args: argparse.Namespace, dtype: str, sample_ids: list[str]) -> dict:
     """What makes two bench runs the same run (for --resume): every argument that changes which tokens come
-    out, with ``auto`` resolved to the dtype it picked and the samples by id."""
+    out, with ``--dtype auto`` resolved (unless ``--path auto`` decides it) and the samples by id."""
     out = {k: v for k, v in vars(args).items() if k not in NOT_IDENTITY}
     out.update(dtype=dtype, samples=sample_ids)
     return out
@@ -125,10 +125,13 @@ def run(args: argparse.Namespace) -> int:
     from fastforward.cli.common import resolve_path
     from fastforward.hardware import resolve_dtype, timing_preflight
 
-    resolve_path(args)  # --path auto fixes dtype and path now: they are part of the run's identity
-    dtype, _ = resolve_dtype(args.dtype, args.device)
+    # The identity holds what was asked (``--path auto`` stays ``auto``: it resolves from the machine's cached
+    # cost curve, so a resume on the same machine runs the same configuration), which lets a wrong --resume
+    # fail in one line before anything is measured or loaded.
+    dtype = args.dtype if args.path == "auto" else resolve_dtype(args.dtype, args.device)[0]
     ident = identity(args, dtype, [s.id for s in samples])
     sample_log = SampleLog.open(log_path(paths[0]), ident, args.resume) if paths else None
+    resolve_path(args)  # --path auto fixes dtype and path now, announced once
 
     # 2. the timing run: warn if it will be noisy, then load and go
     args.threads, warnings = timing_preflight(args.threads)
@@ -223,6 +226,7 @@ def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
         runs.append(rec)
     result = {
         "hardware": hardware.describe(),
+        **hardware.provenance(),
         "command": " ".join(sys.argv),
         "max_new_tokens": config.max_new_tokens,
         "prompts": len(prompts),

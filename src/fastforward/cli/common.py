@@ -19,10 +19,15 @@ if TYPE_CHECKING:
 
 
 def add_model_args(
-    p: argparse.ArgumentParser, draft: bool = True, path: bool = True, dtype: str = "auto"
+    p: argparse.ArgumentParser,
+    draft: bool = True,
+    path: bool = True,
+    dtype: str = "auto",
+    path_default: str = "auto",
 ) -> None:
     """``--model``, ``--draft``, ``--dtype`` (default ``auto`` unless a command needs one: training does),
-    ``--path``, ``--device`` and ``--threads``."""
+    ``--path`` (default ``auto``: the measured-fastest kernel path, from curves cached per machine, so a new
+    user gets the fast path without knowing the flag), ``--device`` and ``--threads``."""
     p.add_argument("--model", default=DEFAULT_MODEL, help="registry name, HF model directory, or .gguf file")
     if draft:
         p.add_argument(
@@ -41,12 +46,13 @@ def add_model_args(
     if path:  # training needs plain parameters, so it offers no kernel path
         p.add_argument(
             "--path",
-            default="default",
+            default=path_default,
             type=kernel_path,
-            help="kernel path of the linear layers: default, prepacked (oneDNN weights reordered once; "
-            "cheap multi-token forwards on CPUs where the default GEMM is not; see `fastforward costs`), or "
-            "auto: the cheapest measured (dtype, path) for the run's methods, with --dtype auto choosing the "
-            "dtype too (curves measured once per machine and cached)",
+            help=f"kernel path of the linear layers (default {path_default}): auto = the cheapest measured "
+            "(dtype, path) for the run's methods, with --dtype auto choosing the dtype too (curves measured "
+            "once per machine and model, ~10 s for a small model, then cached; the choice is printed); "
+            "default = torch's dispatch; prepacked = oneDNN weights reordered once (cheap multi-token forwards "
+            "on CPUs where the default GEMM is not; see `fastforward costs`)",
         )
         p.add_argument(
             "--fp32-logits",

@@ -15,7 +15,7 @@ from fastforward.errors import FastForwardError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="draw the Jacobi trajectory of one prompt (terminal, PNG or HTML)")
-    add_model_args(p, draft=False)
+    add_model_args(p, draft=False, path_default="default")
     p.add_argument("--method", default="jacobi", choices=["jacobi"], help="the method traced (Jacobi only)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="most new tokens")
     p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="e.g. block_size=16")
