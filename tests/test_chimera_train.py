@@ -165,3 +165,31 @@ def test_own_vocab_heads_save_their_matrices_and_load(tiny_data, tmp_path):
 def test_train_chimera_command_is_registered():
     args = build_parser().parse_args(["train-chimera", "--out", "x", "--variant", "medusa", "--eval"])
     assert args.variant == "medusa" and args.eval and args.vocab == "shared"
+
+
+def test_trained_heads_with_cost_sized_trees_and_a_lookup_branch_stay_exact(tiny_data, tmp_path):
+    """The configuration behind the Chimera-with-lookup figures (``tree=auto`` + ``lookup``) with heads that
+    were really trained (on the tiny target's own continuations, until they are mostly right): greedy output
+    is AR's while the trained heads' drafts are accepted and the lookup branch is taken."""
+    tiny, data = tiny_data
+    cfg = TrainConfig(
+        data=str(data), out=str(tmp_path / "d"), num_heads=3, steps=150, batch_size=6, max_len=32
+    )
+    cfg = TrainConfig(
+        **{**cfg.__dict__, "lr": 3e-3, "warmup": 5, "save_every": 150, "log_every": 50, "bf16": False}
+    )
+    draft, _ = train(cfg, tiny.model)
+    top1 = head_topk_accuracy(draft, data, top=1)["head_topk"][0][0]
+    assert top1 > 0.5, f"the heads did not learn (head-1 top-1 {top1:.2f})"
+    dec = build_decoder("chimera", tiny, None, {"heads": str(tmp_path / "d"), "lookup": 4, "ngram_max": 2})
+    assert dec.options.tree == "auto"
+    ar = ARDecoder(tiny.model)
+    cfg_g = greedy_config(16)
+    drafted = lookup = 0
+    for r in records(data):
+        prompt = load_record(r)["ids"][:8].tolist()
+        out = dec.generate(prompt, cfg_g)
+        assert out.tokens == ar.generate(prompt, cfg_g).tokens
+        drafted += out.stats.new_tokens - out.stats.target_forwards
+        lookup += out.stats.extras["lookup_steps"]
+    assert drafted > 0  # trained drafts were accepted

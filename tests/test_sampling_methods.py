@@ -10,11 +10,16 @@ whose helpers this module reuses): a sharpened tiny target with a 12-token vocab
 generations per method and configuration, chi-square goodness of fit on the (x1, x2), (x2, x3), (x3, x4)
 joints. Each run must have both multi-token steps (accepted guesses) and one-token steps (rejections), so
 neither path goes untested. Controls: a Chimera decoder whose verifier is deliberately wrong (a rejected
-candidate is not removed from the residual) fails the same check; seeded runs reproduce exactly.
+candidate is not removed from the residual) fails the same check; seeded runs reproduce exactly. Unseeded
+runs (the CLI's default) keep the timing-driven schedules on, driven by a simulated clock that makes them
+switch (:class:`FlippingClock`), with the same Chimera control.
 """
 
 from __future__ import annotations
 
+import math
+import random
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -143,3 +148,88 @@ def test_seeded_sampling_reproduces_and_seeds_differ(target: LoadedModel, method
 
     assert run(7) == run(7)
     assert any(run(7) != run(s) for s in (8, 9, 10))
+
+
+# The CLI's and the server's default: no seed, so the timing-driven schedules are on (lookahead's step gate,
+# pld's gamma_auto) and each run's mix of AR and parallel steps follows measured times and the sampled tokens.
+UNSEEDED: dict[str, Callable[[LoadedModel], Decoder]] = {
+    "lookahead": BUILDERS["lookahead"],
+    "pld": BUILDERS["pld"],
+    "chimera": BUILDERS["chimera"],  # tree=auto: the tree sized per step from measured costs
+}
+
+
+class FlippingClock:
+    """A simulated machine whose wide forwards are sometimes cheaper and sometimes dearer than a 1-token one.
+
+    On this tiny target the real timings would keep both schedules on plain AR steps (few guesses are
+    accepted), which would test nothing: this clock advances only when the model runs, by 1 ms for a 1-token
+    forward and by 0.6 ms or 1.5 ms for a wider one, switching between the two every 50-200 forwards (with
+    20% noise, unseeded), so the measured schedules switch between AR and parallel steps mid-request.
+    """
+
+    def __init__(self, ratios: tuple[float, ...] = (0.6, 1.5)) -> None:
+        self.now, self.ratio, self.left, self.ratios = 0.0, 1.0, 0, ratios
+        self.rng = random.Random()
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def forward_hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.left <= 0:
+            self.ratio, self.left = self.rng.choice(self.ratios), self.rng.randint(50, 200)
+        self.left -= 1
+        width = kwargs["input_ids"].shape[-1]
+        self.now += (1.0 if width == 1 else self.ratio) * 1e-3 * math.exp(self.rng.gauss(0.0, 0.2))
+
+
+@pytest.fixture
+def flipping_clock(target: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> Iterator[FlippingClock]:
+    from fastforward.decoders import lookahead
+    from fastforward.decoders.speculative import engine
+
+    clock = FlippingClock()
+    monkeypatch.setattr(lookahead, "time", clock)
+    monkeypatch.setattr(engine, "time", clock)
+    monkeypatch.setattr(chimera_module, "time", clock)
+    handle = target.model.register_forward_pre_hook(clock.forward_hook, with_kwargs=True)
+    yield clock
+    handle.remove()
+
+
+def _unseeded(decoder: Decoder, n: int) -> tuple[list[list[int]], Counter[int]]:
+    """n unseeded generations: the samples and how many steps fed each width (prefill excluded)."""
+    cfg = GenerationConfig(
+        max_new_tokens=NEW_TOKENS, eos_token_ids=(), sampling=SamplingConfig(temperature=1.0)
+    )
+    assert not cfg.sampling.seeded
+    runs = [decoder.generate(PROMPT, cfg) for _ in range(n)]
+    widths: Counter[int] = Counter()
+    for r in runs:
+        widths.update({w: c for w, c in enumerate(r.stats.width_hist) if c})
+    return [r.tokens for r in runs], widths
+
+
+@pytest.mark.parametrize("method", list(UNSEEDED))
+def test_unseeded_sampling_with_the_timing_driven_schedules_follows_the_target(
+    target: LoadedModel, flipping_clock: FlippingClock, method: str
+) -> None:
+    joint = exact_joint(target, SamplingConfig(temperature=1.0), PROMPT)
+    samples, widths = _unseeded(UNSEEDED[method](target), N_SAMPLES)
+    # the schedule switched: AR and parallel steps (lookahead, pld), or trees of different sizes (chimera)
+    assert sum(n >= N_SAMPLES // 20 for n in widths.values()) >= 2, widths
+    assert_follows(samples, joint, f"{method} unseeded, default schedule")
+
+
+def test_the_unseeded_check_rejects_a_wrong_verifier(
+    target: LoadedModel, flipping_clock: FlippingClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chimera_module, "accept_tree_sampled", _wrong_verifier)
+    joint = exact_joint(target, SamplingConfig(temperature=1.0), PROMPT)
+    samples, widths = _unseeded(UNSEEDED["chimera"](target), N_SAMPLES // 2)
+    assert sum(n for w, n in widths.items() if w > 1) >= N_SAMPLES // 40
+    pvalues = [
+        chi_square_pvalue(counts(samples, a, a + 1), pair_marginal(joint, a, a + 1))[2]
+        for a in range(NEW_TOKENS - 1)
+    ]
+    assert min(pvalues) < ALPHA, f"a wrong verifier passed (p-values {pvalues}): the check has no power"

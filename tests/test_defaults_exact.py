@@ -1,0 +1,87 @@
+"""Exactness of what users run: every lossless method with its default schedule (the step gate, gamma_auto)
+on real SmolLM2 prompts in fp32, and forced mixed schedules (a seeded coin for the gate, random draft
+lengths 0 included) on the same prompts. The method-specific tests pin fixed schedules where they count
+mechanics; these check that the schedules a user gets by default never change a greedy token.
+
+One decoder serves all prompts, as in a server or a bench, so the estimates carried across requests (and
+the AR stretches and probes they cause) are part of what is checked.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fastforward.core.pacing import StepGate
+from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.speculative.engine import CostTracker
+
+from .conftest import greedy_ar, greedy_config
+
+N_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def prompts(real_prompts) -> list[list[int]]:
+    """GSM8K held-out, two MT-bench, HumanEval."""
+    return [real_prompts[i] for i in (0, 8, 9, 16)]
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2, prompts) -> list[list[int]]:
+    return [greedy_ar(smollm2.model, ids, N_TOKENS, smollm2.eos_token_ids) for ids in prompts]
+
+
+@pytest.mark.parametrize("method", ["jacobi", "lookahead", "pld", "layerskip", "qsd", "sd"])
+def test_every_lossless_method_with_its_default_schedule_equals_ar(smollm2, prompts, reference, method):
+    draft = smollm2 if method == "sd" else None  # a draft of the same model: a cheap, always-right draft
+    dec = build_decoder(method, smollm2, draft, {})
+    assert dec.lossless
+    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
+    for ids, ref in zip(prompts, reference, strict=True):
+        assert dec.generate(ids, cfg).tokens == ref
+
+
+class _CoinGate(StepGate):
+    """Every mix of AR and parallel steps a real gate could make, from a seeded coin."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.rng = random.Random(seed)
+
+    def parallel(self) -> bool:
+        return self.rng.random() < 0.5
+
+
+@pytest.mark.parametrize("method", ["jacobi", "lookahead"])
+def test_a_random_gate_schedule_on_real_prompts_equals_ar(monkeypatch, smollm2, prompts, reference, method):
+    made: list[_CoinGate] = []
+
+    def gate(**_: object) -> StepGate:
+        made.append(_CoinGate(len(made)))
+        return made[-1]
+
+    monkeypatch.setattr(f"fastforward.decoders.{method}.StepGate", gate)
+    dec = build_decoder(method, smollm2, None, {})
+    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
+    mixed = 0
+    for ids, ref in zip(prompts, reference, strict=True):
+        out = dec.generate(ids, cfg)
+        assert out.tokens == ref
+        mixed += out.stats.ar_steps > 0 and out.stats.parallel_steps > 0
+    assert made and mixed >= len(prompts) - 1  # the schedules did mix both kinds of step
+
+
+@pytest.mark.parametrize("method", ["pld", "layerskip"])
+def test_random_draft_lengths_on_real_prompts_equal_ar(monkeypatch, smollm2, prompts, reference, method):
+    rng = random.Random(7)
+    monkeypatch.setattr(CostTracker, "gamma", lambda self, current, gamma_max: rng.randint(0, 6))
+    dec = build_decoder(method, smollm2, None, {})
+    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
+    ar_steps = 0
+    for ids, ref in zip(prompts, reference, strict=True):
+        out = dec.generate(ids, cfg)
+        assert out.tokens == ref
+        ar_steps += out.stats.ar_steps
+    assert ar_steps > 0
