@@ -157,7 +157,7 @@ def run_cpu_speed(
         raise FastForwardError(
             f"{out} holds a study of {state.get('model')}, not {model}; choose another --out"
         )
-    state.update(model=model, hardware=hardware.describe(), command=" ".join(sys.argv), draft=draft,
+    state.update(model=model, hardware=hardware.describe(), **hardware.provenance(), command=" ".join(sys.argv), draft=draft,
                  cross_draft=cross_draft, exact_check={"samples": exact_samples, "max_new_tokens": exact_tokens})  # fmt: skip
     state.setdefault("runs", [])
     if state["command"] not in state.setdefault("commands", []):

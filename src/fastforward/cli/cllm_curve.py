@@ -14,7 +14,7 @@ from pathlib import Path
 from fastforward.cllm.curve import CurvePoint, as_json, curve_models, measure
 from fastforward.data import load_dataset
 from fastforward.errors import FastForwardError
-from fastforward.hardware import describe
+from fastforward.hardware import describe, provenance
 from fastforward.models.loading import DTYPES
 from fastforward.trace import plot_learning_curves
 
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         "max_new_tokens": args.max_new_tokens,
         "dtype": args.dtype,
         "hardware": describe(),
+        **provenance(),
         "command": shlex.join(["fastforward", *sys.argv[1:]]),
     }
     doc = as_json(points, extra)

@@ -13,7 +13,7 @@ from pathlib import Path
 from fastforward.bench.costs import KS, cached_curve, choose
 from fastforward.cli.validate import warn_if_busy
 from fastforward.errors import FastForwardError
-from fastforward.hardware import describe
+from fastforward.hardware import describe, provenance
 from fastforward.log import log
 from fastforward.models.kernels import PATHS, check_path
 from fastforward.models.loading import DTYPES, load_model
@@ -78,5 +78,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"verify forwards: {choose(records, k_verify).why}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"hardware": describe(), "cost_curves": records}, indent=1))
+        args.out.write_text(
+            json.dumps({"hardware": describe(), **provenance(), "cost_curves": records}, indent=1)
+        )
     return 0

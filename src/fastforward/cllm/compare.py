@@ -34,7 +34,7 @@ from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset, render_prompt
 from fastforward.decoders.registry import build_decoder
 from fastforward.eval.repetition import is_repetitive
-from fastforward.hardware import describe
+from fastforward.hardware import describe, provenance
 from fastforward.models.loading import load_model
 
 
@@ -190,6 +190,7 @@ def compare(cfg: CompareConfig, log=None, command: list[str] | None = None) -> d
         **cfg.extra,
         "eval_wall_time_s": time.perf_counter() - t0,
         "hardware": describe(),
+        **provenance(),
         "command": shlex.join(command) if command else None,
         "config": _jsonable(asdict(cfg)),
     }

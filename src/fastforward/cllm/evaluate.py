@@ -36,7 +36,7 @@ from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
 from fastforward.eval.quality import answer_quality, paired
 from fastforward.eval.repetition import is_repetitive
-from fastforward.hardware import describe
+from fastforward.hardware import describe, provenance
 from fastforward.models.loading import load_model
 
 
@@ -195,6 +195,7 @@ def evaluate_cllm(cfg: EvalConfig, log=None, command: list[str] | None = None) -
         "training": training or None,
         "wall_time_s": time.perf_counter() - t0,
         "hardware": describe(),
+        **provenance(),
         "command": shlex.join(command) if command else None,
         "config": asdict(cfg),
     }

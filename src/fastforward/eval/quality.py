@@ -25,7 +25,7 @@ from fastforward.data import load_dataset, render_prompt
 from fastforward.data.gsm8k import is_correct
 from fastforward.errors import FastForwardError
 from fastforward.eval.repetition import is_repetitive
-from fastforward.hardware import describe
+from fastforward.hardware import describe, provenance
 from fastforward.models.loading import load_model
 
 
@@ -140,6 +140,7 @@ def evaluate_quality(cfg: QualityConfig, log=None, command: list[str] | None = N
         "paired_vs_first": deltas,
         "wall_time_s": time.perf_counter() - t0,
         "hardware": describe(),
+        **provenance(),
         "command": shlex.join(command) if command else None,
         "config": asdict(cfg),
     }
