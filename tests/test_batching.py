@@ -128,8 +128,8 @@ def test_ragged_acceptance_with_oracle_trees_is_exact(layout):
 
 
 def test_real_model_rows_equal_greedy_ar(smollm2, real_prompts):
-    """SmolLM2 fp32 on 12 real prompts (GSM8K, MT-bench, HumanEval), batch 4 with joins, every method."""
-    prompts = real_prompts[::2]
+    """SmolLM2 fp32 on 8 real prompts (GSM8K, MT-bench, HumanEval), batch 4 with joins, every method."""
+    prompts = real_prompts[::3]
     cfg = greedy_config(24, smollm2.eos_token_ids)
     ref = _reference(smollm2.model, prompts, cfg)
     for name in ("ar", "pld", "jacobi", "layerskip"):

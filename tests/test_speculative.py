@@ -47,7 +47,11 @@ def test_pld_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, ar_refere
 
 def test_layerskip_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, ar_reference):
     dec = build_decoder("layerskip", smollm2, None, {"layers": 26, "gamma": 3, "gamma_auto": False})
-    proposed, accepted = _assert_identical(dec, real_prompts[:20], ar_reference[:20], smollm2.eos_token_ids)
+    # every other prompt (12, the three datasets): a draft step here costs 26 of 30 layers, the slowest
+    # method of the suite on an AVX2-only CPU; test_defaults_exact adds the default schedule
+    proposed, accepted = _assert_identical(
+        dec, real_prompts[::2], ar_reference[::2], smollm2.eos_token_ids, min_prompts=12
+    )
     assert 0 < accepted < proposed
 
 
