@@ -170,3 +170,22 @@ def test_layer_parsing_and_prefix_matching(tmp_path: Path) -> None:
     assert _resolve_relative("fastforward.core", True, "decoder", 1) == "fastforward.core.decoder"
     assert _resolve_relative("fastforward.decoders.ar", False, "core", 2) == "fastforward.core"
     assert _resolve_relative("fastforward.decoders.ar", False, None, 1) == "fastforward.decoders"
+
+
+# Decoding forwards (a call that passes a KV cache) live in core/engine.py. Still outside, until they move
+# onto the engine (issue "One engine"): the packed batch layout and the batch-1 draft model's own cache.
+FORWARD_ALLOWED = {"core/ragged.py", "decoders/speculative/drafters.py"}
+
+
+def test_decoding_forwards_go_through_the_engine() -> None:
+    pkg = Path(__file__).resolve().parents[1] / "src" / "fastforward"
+    callers = {
+        str(path.relative_to(pkg))
+        for sub in ("core", "decoders")
+        for path in (pkg / sub).rglob("*.py")
+        if "past_key_values=" in path.read_text(encoding="utf-8")
+    }
+    assert "core/engine.py" in callers
+    assert callers - {"core/engine.py"} <= FORWARD_ALLOWED, sorted(
+        callers - {"core/engine.py"} - FORWARD_ALLOWED
+    )

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from fastforward.core.acceptance import accept_tree, accept_tree_sampled
-from fastforward.core.cache import new_cache
 from fastforward.core.decoder import (
     GenerationConfig,
     GenerationResult,
@@ -39,7 +38,8 @@ from fastforward.core.decoder import (
     TokenCallback,
     model_context_length,
 )
-from fastforward.core.ragged import LAYOUTS, Block
+from fastforward.core.engine import Block, prefill
+from fastforward.core.ragged import LAYOUTS
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
@@ -318,16 +318,9 @@ class BatchDecoder:
         stats = DecodeStats(method=self.name, prompt_tokens=len(req.prompt))
         run = Run(req.config, stats, self._emitter(req))
         row = Row(req, run, make_generator(req.config.sampling, self.device))
-        cache = new_cache(self.model)
         ids = torch.tensor([req.prompt], device=self.device)
         t0 = time.perf_counter()
-        out = self.model(
-            input_ids=ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            output_hidden_states=self.proposer.hidden_states,
-        )
+        cache, out = prefill(self.model, ids, self.proposer.hidden_states)
         stats.prefill_time_s = time.perf_counter() - t0
         self.stats.prefill_time_s += stats.prefill_time_s
         self.stats.prefills += 1
@@ -348,7 +341,8 @@ class BatchDecoder:
             Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
             for r, d in zip(rows, drafts, strict=True)
         ]
-        logits, argmax, hidden, fed = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
+        fwd = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
+        logits, argmax, hidden, fed = fwd.logits, fwd.argmax, fwd.hidden, fwd.fed
         self.stats.forwards += 1
         self.stats.row_steps += len(rows)
         self.stats.nodes_fed += fed

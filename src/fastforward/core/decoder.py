@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
-from fastforward.core.cache import new_cache
+from fastforward.core.engine import ModelEngine
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -179,17 +178,18 @@ class Decoder(abc.ABC):
         stats.new_tokens = len(run.tokens)
         return GenerationResult(tokens=run.tokens, stats=stats)
 
-    def prefill(self, prompt_ids: torch.Tensor, run: Run, **forward: object) -> tuple[DynamicCache, Any]:
-        """The opening every method shares: a fresh KV cache and one timed forward over the prompt.
+    def prefill(self, prompt_ids: torch.Tensor, run: Run, hidden: bool = False) -> tuple[ModelEngine, Any]:
+        """The opening every method shares: a fresh engine (:mod:`fastforward.core.engine`) whose one row is
+        the prompt, prefilled in one timed forward, and that forward's output.
 
-        Only the last position's logits are computed (the first new token); ``forward`` adds model arguments
-        such as ``output_hidden_states=True``. Counts as a target forward when the caller commits its token."""
-        cache = new_cache(self.model)
+        Only the last position's logits are computed (the first new token); ``hidden`` adds its hidden
+        states. One engine per request, local to ``_generate`` as the KV cache always was, so concurrent
+        requests on one decoder never share rows. Counts as a target forward when the caller commits its
+        token."""
+        engine = ModelEngine(self.model)
         with Timer(run.stats, "prefill_time_s"):
-            out = self.model(
-                input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **forward
-            )
-        return cache, out
+            out = engine.start(prompt_ids, hidden)
+        return engine, out
 
     def reopen_estimates(self) -> None:
         """Forget the timing estimates kept across requests (step gate, gamma_auto), so that a bench's

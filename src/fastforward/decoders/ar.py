@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from fastforward.core.decoder import Decoder, Run
+from fastforward.core.engine import Block
 from fastforward.core.options import build_config
 from fastforward.core.sampling import make_generator, select_token
 
@@ -26,20 +27,15 @@ class ARDecoder(Decoder):
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         sampling = run.config.sampling
         gen = make_generator(sampling, self.device)
-        cache, out = self.prefill(prompt_ids, run)
-        position = prompt_ids.shape[1]
+        engine, out = self.prefill(prompt_ids, run)
+        logits = out.logits[0, -1]
         while True:
-            token = int(select_token(out.logits[0, -1], sampling, gen))
+            token = int(select_token(logits, sampling, gen))
             run.commit([token])
             if run.done:
                 return
-            out = self.model(
-                input_ids=torch.tensor([[token]], device=self.device),
-                position_ids=torch.tensor([[position]], device=self.device),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            position += 1
+            logits = engine.forward([Block.chain([token])]).logits[0][-1]
+            engine.keep([[0]])
 
 
 def build(name: str, target, draft, options: dict) -> ARDecoder:

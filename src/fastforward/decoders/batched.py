@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from fastforward.core.batching import BatchDecoder, Draft, Proposer, Row
-from fastforward.core.cache import new_cache
 from fastforward.core.decoder import Decoder
-from fastforward.core.ragged import Block, PaddedRows
+from fastforward.core.engine import Block, ModelEngine
+from fastforward.core.engine import prefill as prefill_row
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.errors import FastForwardError
 
@@ -98,8 +98,8 @@ class JacobiProposer(Proposer):
 
 
 class DraftModelProposer(Proposer):
-    """A draft model decoding every row in lockstep, its own KV cache a :class:`PaddedRows` layout like the
-    target's (:mod:`fastforward.core.ragged`): ``gamma`` batched draft forwards per step, the first feeding
+    """A draft model decoding every row in lockstep, its own rows in a :class:`ModelEngine` like the
+    target's (:mod:`fastforward.core.engine`): ``gamma`` batched draft forwards per step, the first feeding
     each row the committed tokens its cache lacks (the anchor, and the last accepted draft token after a
     full acceptance). After verification a row's draft cache stays valid up to its accepted drafts; the
     rest is stale and masked, overwritten by the next step."""
@@ -109,17 +109,11 @@ class DraftModelProposer(Proposer):
     def __init__(self, draft: torch.nn.Module, gamma: int, name: str = "sd") -> None:
         self.draft, self.gamma, self.name = draft, gamma, name
         self.device = next(draft.parameters()).device
-        self.rows = PaddedRows(draft)  # its lengths: draft-cache slots holding each row's committed tokens
+        self.rows = ModelEngine(draft)  # its lengths: draft-cache slots holding each row's committed tokens
         self.fed: list[int] = []  # sequence length each row had when its last proposal was drafted
 
     def admit(self, row: Row, prefill: Any) -> None:
-        cache = new_cache(self.draft)
-        self.draft(
-            input_ids=torch.tensor([row.request.prompt], device=self.device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        cache, _ = prefill_row(self.draft, torch.tensor([row.request.prompt], device=self.device))
         self.rows.add(cache, len(row.request.prompt))
         self.fed.append(0)
         row.state = {"proposed": 0, "accepted": 0}
@@ -166,7 +160,7 @@ class DraftModelProposer(Proposer):
             accepted = len(path) - 1
             row.state["accepted"] += accepted
             if self.fed[b]:  # valid: the sequence drafted from, then the accepted drafts the draft fed
-                self.rows.lengths[b] = min(self.rows.lengths[b], self.fed[b] + accepted)
+                self.rows.truncate(b, self.fed[b] + accepted)
                 self.fed[b] = 0
 
     def retain(self, keep: Sequence[int]) -> None:

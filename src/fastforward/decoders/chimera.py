@@ -53,9 +53,8 @@ from fastforward.core.acceptance import (
     accept_tree_typical,
     consultant_ema,
 )
-from fastforward.core.cache import keep_positions
 from fastforward.core.decoder import Decoder, MissingInput, Run, SamplingConfig, Timer
-from fastforward.core.masks import positions, tree_mask, tree_visibility
+from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.vocab import COUNTS_FILE
@@ -120,7 +119,6 @@ class ChimeraDecoder(Decoder):
         # the trigram cache outlives one generation (the paper's lookup table); weights never change here
         self.trigram_cache = TrigramLRU(options.cache)
         self.verify_curve = verify_curve
-        self._visible: dict[tuple, torch.Tensor] = {}
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         opts, stats, sampling = self.options, run.stats, run.config.sampling
@@ -136,8 +134,7 @@ class ChimeraDecoder(Decoder):
         verified = 0  # tree tokens the target read, root included
         ema = 0.0  # accept=consultant: EMA of the target's NLL after the last committed token
 
-        cache, out = self.prefill(prompt_ids, run, output_hidden_states=True)
-        prefix = prompt_ids.shape[1]
+        engine, out = self.prefill(prompt_ids, run, hidden=True)
         token = int(select_token(out.logits[0, -1], sampling, gen))
         run.commit([token])
         with Timer(stats, "draft_time_s"):
@@ -169,31 +166,16 @@ class ChimeraDecoder(Decoder):
                 else:  # only the heads the tree reaches, every rank the sizer scores
                     top_ids, _ = state.propose(sizer.ranks, depth=tree.max_depth)
             t1 = time.perf_counter()
-            node_tokens, parents, depths = tree_tokens(tree, token, top_ids), tree.parents, tree.depths
+            node_tokens, parents = tree_tokens(tree, token, top_ids), tree.parents
             if chain:
-                node_tokens, parents, depths = graft_chain(node_tokens, parents, depths, chain)
-            out = self.model(
-                input_ids=torch.tensor([node_tokens], device=self.device),
-                position_ids=positions(depths, prefix, self.device),
-                attention_mask=tree_mask(
-                    self.model,
-                    self._visibility(tuple(parents)),
-                    depths,
-                    prefix,
-                    self.model.dtype,
-                    self.device,
-                ),
-                past_key_values=cache,
-                use_cache=True,
-                output_hidden_states=True,
-            )
-            logits = out.logits[0]  # [N + 1, V]
+                node_tokens, parents, _ = graft_chain(node_tokens, parents, tree.depths, chain)
+            fwd = engine.forward([Block(list(node_tokens), list(parents))], hidden=True)
+            logits = fwd.logits[0]  # [N + 1, V]
             path, token = self._accept(parents, node_tokens, logits, sampling, gen, ema)
             new = [node_tokens[i] for i in path[1:]] + [token]
             if opts.accept == "consultant":
                 ema = consultant_ema(ema, logits[path], new, opts.beta)
-            keep_positions(cache, prefix, path)
-            prefix += len(path)
+            engine.keep([path])
             run.commit(new, width=len(node_tokens))
             verified += len(node_tokens)
             if chain:  # tokens only the branch proposed: nodes grafted after the tree's own
@@ -206,7 +188,7 @@ class ChimeraDecoder(Decoder):
             t2 = time.perf_counter()
             if not run.done:
                 with Timer(stats, "draft_time_s"):
-                    state.observe(new, out.hidden_states[-1][0, path])
+                    state.observe(new, fwd.hidden[0][path])
             if sizer is not None:
                 ms = [(b - a) * 1e3 for a, b in ((t0, t1), (t2, time.perf_counter()), (t1, t2))]
                 sizer.observe(new, top_ids.tolist(), len(node_tokens), *ms)
@@ -238,15 +220,6 @@ class ChimeraDecoder(Decoder):
         return TreeSizer(
             self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes, timed=timed
         )
-
-    def _visibility(self, parents: tuple[int, ...]) -> torch.Tensor:
-        """The tree's ancestor matrix, built once per distinct shape."""
-        vis = self._visible.get(parents)
-        if vis is None:
-            if len(self._visible) >= 256:  # trees recur; a long-lived server must not grow without bound
-                self._visible.clear()
-            vis = self._visible[parents] = tree_visibility(parents)
-        return vis
 
     def _accept(
         self,

@@ -72,9 +72,9 @@ from dataclasses import dataclass, field
 import torch
 
 from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents, common_prefix
-from fastforward.core.cache import keep_positions, rollback, text_config
+from fastforward.core.cache import text_config
 from fastforward.core.decoder import Decoder, Run, SamplingConfig
-from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
+from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import StepGate
 from fastforward.core.sampling import make_generator, select_token
@@ -298,12 +298,10 @@ class JacobiDecoder(Decoder):
         c, dev, sampling = self.config, self.device, run.config.sampling
         gen = make_generator(sampling, dev)
         rng = random.Random(c.seed)
-        dtype = next(self.model.parameters()).dtype
         history = prompt_ids[0].tolist()
-        cache, out = self.prefill(prompt_ids, run)
+        engine, out = self.prefill(prompt_ids, run)
         run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
         tokens = run.tokens
-        anchor_pos = prompt_ids.shape[1]  # position of tokens[-1]; the cache holds everything before it
         pool: deque[list[int]] = deque(maxlen=POOL_DEPTH * c.pool_size)
         spawn_at = spawn_threshold(c.spawn_ratio, c.block_size)
         ex = dict(tokens_fed=0, pool_candidates=0, recycled_tokens=0, recycle_steps=0, spawned_blocks=0)
@@ -331,25 +329,13 @@ class JacobiDecoder(Decoder):
             fed = L - 1 if par else 0
             cands = pool_continuations(reversed(pool), anchor, L - 1) if c.pool_size and par else ()
             flat, parents, branches = guess_tree(anchor, guess[:fed], cands, c.pool_size)
-            if len(flat) == fed + 1:  # one chain: the model's own causal mask
-                mask, pos = None, torch.arange(anchor_pos, anchor_pos + fed + 1, device=dev)[None]
-            else:
-                vis, depths = tree_visibility(parents), tree_depths(parents)
-                mask = tree_mask(self.model, vis, depths, anchor_pos, dtype, dev)
-                pos = torch.tensor([depths], device=dev) + anchor_pos
-            out = self.model(
-                input_ids=torch.tensor([flat], device=dev),
-                position_ids=pos,
-                attention_mask=mask,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            nxt = out.logits[0].argmax(-1).tolist()  # [k]: the target's token after every node
+            fwd = engine.forward([Block(flat, parents)])  # one chain: the model's own causal mask
+            nxt = fwd.argmax[0]  # [k]: the target's token after every node
             if sampling.greedy:
                 path = accept_tree(flat, parents, nxt)
                 step = [flat[i] for i in path[1:]] + [nxt[path[-1]]]
             else:  # the fed guesses and candidates are point-mass drafts
-                path, extra = accept_tree_sampled(flat, parents, out.logits[0], sampling, gen)
+                path, extra = accept_tree_sampled(flat, parents, fwd.logits[0], sampling, gen)
                 step = [flat[i] for i in path[1:]] + [extra]
             n_acc = len(path)  # tokens this forward commits (before the stops): accepted guesses + 1
             new = branch_iterate(branches, path, nxt)  # [fed + 1]
@@ -372,14 +358,10 @@ class JacobiDecoder(Decoder):
                     blk.traj.committed.append(len(take))
             while live and len(live[0].traj.fixed_point) == live[0].size:
                 done.append(live.pop(0).traj)
-            if all(i <= fed for i in path):  # the guess's own prefix: crop the rest
-                rollback(cache, anchor_pos + n_acc)
-            else:
-                keep_positions(cache, anchor_pos, path)
+            engine.keep([path])  # a prefix of the guess crops the rest; a pool branch moves into place
             if c.pool_size and par and n_acc < L:  # something was rejected: recycle state and outputs
                 pool.append([anchor, *guess])
                 pool.append(new)
-            anchor_pos += n_acc
             guess = new[n_acc:]
             forwards += 1
             ex["tokens_fed"] += len(flat)

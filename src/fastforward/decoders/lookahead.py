@@ -38,9 +38,8 @@ from dataclasses import dataclass
 import torch
 
 from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents
-from fastforward.core.cache import keep_positions
 from fastforward.core.decoder import Decoder, Run
-from fastforward.core.masks import tree_depths, tree_mask, tree_visibility
+from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import StepGate
 from fastforward.core.sampling import make_generator, select_token
@@ -134,7 +133,7 @@ class LookaheadDecoder(Decoder):
     def __init__(self, model: torch.nn.Module, config: LookaheadConfig | None = None) -> None:
         super().__init__(model)
         self.config = check_config(config or LookaheadConfig(), self.name)
-        self._layouts: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
+        self._layouts: dict[tuple[int, int], list[int]] = {}
         # shared by this decoder's requests (core.pacing); judged on bursts long enough for the window to
         # fill its N-1 rows and yield n-grams
         self.gate = StepGate(burst=max(4, self.config.ngram + 2))
@@ -142,18 +141,17 @@ class LookaheadDecoder(Decoder):
     def reopen_estimates(self) -> None:
         self.gate.reopen()
 
-    def _layout(self, rows: int, cands: int) -> tuple[torch.Tensor, list[int]]:
+    def _layout(self, rows: int, cands: int) -> list[int]:
+        """The step's tree (parents of anchor, window rows and candidates), built once per shape."""
         key = (rows, cands)
         if key not in self._layouts:
             c = self.config
-            parents = step_layout(rows, c.window, cands, c.ngram - 1)
-            self._layouts[key] = (tree_visibility(parents), tree_depths(parents))
+            self._layouts[key] = step_layout(rows, c.window, cands, c.ngram - 1)
         return self._layouts[key]
 
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         c, dev, sampling = self.config, self.device, run.config.sampling
         gen = make_generator(sampling, dev)
-        dtype = next(self.model.parameters()).dtype
         prompt = prompt_ids[0].tolist()
         pool = NGramPool(c.pool_size, c.candidates)
         if c.prompt_ngrams:
@@ -161,40 +159,27 @@ class LookaheadDecoder(Decoder):
                 pool.add(prompt[i : i + c.ngram])
         rows = [random.Random(c.seed).choices(prompt, k=c.window)]
 
-        cache, out = self.prefill(prompt_ids, run)
+        engine, out = self.prefill(prompt_ids, run)
         run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
         tokens = run.tokens
-        anchor_pos = len(prompt)
         ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
         hist: list[int] = []
         gate = self.gate.begin() if c.gate == "auto" and not sampling.seeded else StepGate(enabled=False)
         while not run.done:
             t_step = time.perf_counter()
             if not gate.parallel():  # an AR step: the anchor alone; window and pool wait
-                logits = self.model(
-                    input_ids=torch.tensor([tokens[-1:]], device=dev),
-                    position_ids=torch.tensor([[anchor_pos]], device=dev),
-                    past_key_values=cache,
-                    use_cache=True,
-                ).logits[0, -1]
+                logits = engine.forward([Block.chain(tokens[-1:])]).logits[0][-1]
+                engine.keep([[0]])
                 run.commit([int(select_token(logits, sampling, gen))])
                 if c.output_ngrams:
                     add_output_ngrams(pool, prompt, tokens, 1, c.ngram)
-                anchor_pos += 1
                 gate.observe(False, 1, (time.perf_counter() - t_step) * 1e3)
                 continue
             cands = pool.candidates(tokens[-1], c.candidates)
-            vis, depths = self._layout(len(rows), len(cands))
             flat = [tokens[-1]] + [t for row in rows for t in row] + [t for cand in cands for t in cand]
-            out = self.model(
-                input_ids=torch.tensor([flat], device=dev),
-                position_ids=torch.tensor([depths], device=dev) + anchor_pos,
-                attention_mask=tree_mask(self.model, vis, depths, anchor_pos, dtype, dev),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[0]  # [k, V]
-            nxt = logits.argmax(-1).tolist()  # [k]
+            fwd = engine.forward([Block(flat, self._layout(len(rows), len(cands)))])
+            logits = fwd.logits[0]  # [k, V]
+            nxt = fwd.argmax[0]  # [k]
             base = 1 + len(rows) * c.window  # flat index of the first candidate token
             # the candidates as a tree of chains from the anchor: node j >= 1 is flat token base + j - 1
             cand_tokens, cand_parents = [tokens[-1], *flat[base:]], chain_parents([len(x) for x in cands])
@@ -219,8 +204,7 @@ class LookaheadDecoder(Decoder):
             keep = run.commit([flat[i] for i in accepted] + [extra], width=len(flat))
             if c.output_ngrams:
                 add_output_ngrams(pool, prompt, tokens, len(keep), c.ngram)
-            keep_positions(cache, anchor_pos, [0, *accepted])
-            anchor_pos += 1 + len(accepted)
+            engine.keep([[0, *accepted]])
 
             ex["steps"] += 1
             ex["pool_hits"] += int(bool(cands))

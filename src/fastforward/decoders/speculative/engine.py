@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.cache import rollback
 from fastforward.core.decoder import Decoder, Run, Timer
+from fastforward.core.engine import Block
 from fastforward.core.pacing import Ema
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.decoders.speculative.drafters import DraftContext, Proposal
@@ -215,7 +215,7 @@ class SpeculativeDecoder(Decoder):
                 f"method '{self.name}' samples: pass --temperature > 0 (use 'sd' for greedy)"
             )
         gen = make_generator(cfg, self.device)
-        cache, out = self.prefill(prompt_ids, run)
+        engine, out = self.prefill(prompt_ids, run)
         run.commit([int(select_token(out.logits[0, -1], cfg, gen))])
         tokens = run.tokens
         prompt = prompt_ids[0].tolist()
@@ -238,16 +238,10 @@ class SpeculativeDecoder(Decoder):
                     proposal = self.drafter.propose(ctx)
             t1 = time.perf_counter()
             draft = proposal.tokens
-            n_seq = len(seq)
-            logits = self.model(
-                input_ids=torch.tensor([[seq[-1]] + draft], device=self.device),
-                position_ids=torch.arange(n_seq - 1, n_seq + len(draft), device=self.device)[None],
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[0]  # [g + 1, V]
+            logits = engine.forward([Block.chain([seq[-1], *draft])]).logits[0]  # [g + 1, V]
             verdict = self.verifier(draft, proposal.probs, logits, cfg, gen)
             run.commit(verdict.tokens(draft), width=1 + len(draft))
-            rollback(cache, n_seq + verdict.accepted)
+            engine.keep([range(verdict.accepted + 1)])  # the anchor and the accepted prefix of the draft
             self.drafter.observe(verdict.accepted)
             ex.add(g, len(draft), verdict)
             if self.spec.adaptive:

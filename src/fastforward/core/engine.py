@@ -1,0 +1,288 @@
+"""The one place the target model runs a decoding forward: :class:`ModelEngine`.
+
+Every method's step is the same three moves on the target: feed each row a *block* (its anchor, the last
+committed token, plus guesses arranged as a tree, :class:`Block`) at explicit positions with that row's
+mask, read the logits, then keep the accepted path of each row's block in the KV cache (:meth:`ModelEngine.keep`;
+rolling back a rejected draft is keeping a prefix of its chain). The batch-1 decoders (ar, the speculative
+engine, jacobi, lookahead, Chimera) and the batched scheduler (:mod:`fastforward.core.batching`) all go through
+here, so the forward, its positions and masks, the cache surgery and the forward timing live once; the next
+steps (a static KV cache, compiled forwards per width bucket) change this module, not the methods.
+
+Layout (left-aligned rows, compacted). Row b's cached tokens sit in slots ``0 .. lengths[b] - 1`` of the batch
+cache; slots from ``lengths[b]`` up to the cache's length are stale for that row and every mask hides them. A
+forward appends its k new slots at the common end ``C`` (transformers' cache update concatenates), each row's
+tokens at its *own* positions (``lengths[b] + depth``), so a row's numerics do not depend on the others. After
+acceptance, :func:`compact` moves the entries a row keeps from ``C + node`` down to ``lengths[b] + i`` (one
+gather and one scatter per layer over the kept entries only) and crops the cache to the longest row.
+
+Why this and not the alternatives: left padding with a common end would need every row that accepted fewer
+tokens than the best one to be shifted (a copy of its whole row) or to keep growing holes; masking the
+rejected slots in place (no copy at all) grows the cache by k slots per step whatever was accepted, so
+attention and memory would scale with forwards instead of tokens. Compaction moves only accepted entries
+(a few per row per step), keeps the cache as short as the longest row plus one block, and makes joining and
+leaving plain row operations (:func:`join`, :func:`select`), which is what continuous batching needs.
+
+Masks: None (the model's own causal mask, as plain AR passes) when every row feeds a chain of the same length
+with no stale slots; otherwise 4D additive ``[B, 1, k, C + k]`` from :func:`fastforward.core.masks.model_mask`
+(windowed per layer type on sliding-window models), always with explicit per-row ``position_ids``.
+
+Still outside (listed in tests/test_architecture.py until they move here): draft models' own forwards
+(speculative drafters, the batched draft proposer), the packed batch layout, CLLM's trajectory collection and
+the cost-curve probe.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from fastforward.core.cache import cache_length, full_layers, new_cache, rollback, select_rows
+from fastforward.core.masks import Mask, model_mask, tree_depths, tree_visibility
+
+
+@dataclass(frozen=True)
+class Block:
+    """What one row feeds a forward: tokens with their tree parents (-1 for the root; a chain is
+    ``[-1, 0, 1, ...]``). Node 0 is normally the row's anchor (its last committed token)."""
+
+    tokens: list[int]
+    parents: list[int]
+
+    @staticmethod
+    def chain(tokens: Sequence[int]) -> Block:
+        return Block([int(t) for t in tokens], list(range(-1, len(tokens) - 1)))
+
+
+def chain_parents(k: int) -> list[int]:
+    return list(range(-1, k - 1))
+
+
+def block_geometry(blk: Block) -> tuple[list[int], torch.Tensor]:
+    """Depth of every node below the anchor and which nodes each node sees ([m, m] bool, read only): a
+    lower triangle for a chain, ancestors for a tree."""
+    return _geometry(tuple(blk.parents))
+
+
+@functools.lru_cache(maxsize=256)  # a method's trees recur (lookahead's layouts, Chimera's sized trees)
+def _geometry(parents: tuple[int, ...]) -> tuple[list[int], torch.Tensor]:
+    m = len(parents)
+    if list(parents) == chain_parents(m):
+        return list(range(m)), torch.ones(m, m, dtype=torch.bool).tril()
+    return tree_depths(parents), tree_visibility(parents)
+
+
+def _on(mask: Mask, device: torch.device | str) -> Mask:
+    """The model's mask (a tensor, or per-layer-type dict of them) moved to ``device``."""
+    return {key: v.to(device) for key, v in mask.items()} if isinstance(mask, dict) else mask.to(device)
+
+
+def block_inputs(
+    model: torch.nn.Module,
+    lengths: Sequence[int],
+    blocks: Sequence[Block],
+    cache_len: int,
+    pad_id: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor, Mask | None]:
+    """input_ids [B, k], position_ids [B, k] and the 4D mask for one ragged forward.
+
+    Row b sees its own first ``lengths[b]`` cached slots and, among the new ones, its tree's ancestors; pad
+    nodes (rows whose block is shorter than k) see the row's prefix and themselves, and nobody sees them.
+    Returns mask None when the model's own causal mask is exact (every row a chain of the same length
+    with no stale slots): then the model builds it, as in AR."""
+    b, k = len(blocks), max(len(blk.tokens) for blk in blocks)
+    chains = all(blk.parents == chain_parents(len(blk.tokens)) for blk in blocks)
+    if chains and all(n == cache_len for n in lengths) and all(len(blk.tokens) == k for blk in blocks):
+        ids = torch.tensor([blk.tokens for blk in blocks], dtype=torch.long)
+        pos = torch.arange(cache_len, cache_len + k)[None].expand(b, k)
+        return ids.to(device), pos.to(device), None
+    ids = torch.full((b, k), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, k), dtype=torch.long)
+    allowed = torch.zeros((b, k, cache_len + k), dtype=torch.bool)
+    eye = torch.eye(k, dtype=torch.bool)
+    for r, (n, blk) in enumerate(zip(lengths, blocks, strict=True)):
+        m = len(blk.tokens)
+        ids[r, :m] = torch.tensor(blk.tokens, dtype=torch.long)
+        depths, vis = block_geometry(blk)
+        pos[r, :m] = torch.tensor(depths, dtype=torch.long) + n
+        pos[r, m:] = n
+        allowed[r, :, :n] = True
+        allowed[r, :, cache_len:] = eye
+        allowed[r, :m, cache_len : cache_len + m] = vis
+    kv_pos = torch.cat([torch.arange(cache_len)[None].expand(b, cache_len), pos], dim=1)
+    return ids.to(device), pos.to(device), _on(model_mask(model, allowed, pos, kv_pos, dtype), device)
+
+
+def compact(
+    cache: DynamicCache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]
+) -> list[int]:
+    """After a forward that appended every row's block at slot ``start``, keep for row b the block nodes
+    ``keeps[b]`` (ascending), moved to slots ``lengths[b], lengths[b] + 1, ...``; crop to the longest row.
+
+    Returns the new lengths. Only entries that are not already in place move (sources are never before
+    their destinations, and the gather happens before the scatter, so overlaps are safe)."""
+    rows: list[int] = []
+    dst: list[int] = []
+    src: list[int] = []
+    new_lengths = []
+    for r, (n, keep) in enumerate(zip(lengths, keeps, strict=True)):
+        for i, node in enumerate(keep):
+            if n + i != start + node:
+                rows.append(r)
+                dst.append(n + i)
+                src.append(start + node)
+        new_lengths.append(n + len(keep))
+    if rows:
+        layers = full_layers(cache)
+        dev = layers[0].keys.device
+        r_t = torch.tensor(rows, dtype=torch.long, device=dev)
+        d_t = torch.tensor(dst, dtype=torch.long, device=dev)
+        s_t = torch.tensor(src, dtype=torch.long, device=dev)
+        for layer in layers:
+            for attr in ("keys", "values"):
+                t = getattr(layer, attr)
+                t[r_t, :, d_t] = t[r_t, :, s_t]
+    rollback(cache, max(new_lengths, default=0))
+    return new_lengths
+
+
+def right_pad(cache: DynamicCache, length: int) -> None:
+    """Grow every layer to ``length`` slots with zeros at the end (stale slots no mask lets a row see)."""
+    grow = length - cache_length(cache)
+    if grow <= 0:
+        return
+    for layer in full_layers(cache):
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr)
+            setattr(layer, attr, torch.cat([t, t.new_zeros(t.shape[0], t.shape[1], grow, t.shape[3])], dim=2))
+
+
+def join(cache: DynamicCache | None, other: DynamicCache) -> DynamicCache:
+    """Rows of ``other`` appended after those of ``cache`` (None: ``other`` becomes the batch)."""
+    if cache is None:
+        return other
+    length = max(cache_length(cache), cache_length(other))
+    right_pad(cache, length)
+    right_pad(other, length)
+    for a, b in zip(full_layers(cache), full_layers(other), strict=True):
+        a.keys = torch.cat([a.keys, b.keys], dim=0)
+        a.values = torch.cat([a.values, b.values], dim=0)
+    return cache
+
+
+def select(cache: DynamicCache, rows: Sequence[int], lengths: Sequence[int]) -> None:
+    """Keep only batch rows ``rows`` (in that order; ``lengths`` are theirs) and crop to the longest."""
+    select_rows(cache, rows)
+    rollback(cache, max(lengths, default=0))
+
+
+def prefill(model: torch.nn.Module, ids: torch.Tensor, hidden: bool = False) -> tuple[DynamicCache, Any]:
+    """A fresh KV cache holding the prompt ``ids`` [1, T], and the model output with only the last position's
+    logits (the first new token; ``hidden``: its hidden states too). The prompt is one row; the batched
+    scheduler prefills each request this way before :meth:`ModelEngine.add` joins it to the batch."""
+    cache = new_cache(model)
+    out = model(
+        input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, output_hidden_states=hidden
+    )
+    return cache, out
+
+
+class Forward:
+    """What one engine forward gives back, per row b (its ``m_b`` block nodes): ``logits[b]`` [m_b, V],
+    ``argmax[b]`` the greedy token after every node (one argmax over the whole forward, computed when first
+    read), ``hidden[b]`` the last hidden states [m_b, d] (None unless asked), ``fed`` the positions fed
+    (padding included) and ``ms`` the wall time of the model call."""
+
+    __slots__ = ("_all", "_argmax", "fed", "hidden", "logits", "ms", "sizes")
+
+    def __init__(
+        self,
+        all_logits: torch.Tensor,
+        sizes: list[int],
+        hidden: list[torch.Tensor] | None,
+        fed: int,
+        ms: float,
+    ) -> None:
+        self._all, self.sizes, self.hidden, self.fed, self.ms = all_logits, sizes, hidden, fed, ms
+        self.logits = [all_logits[r, :n] for r, n in enumerate(sizes)]
+        self._argmax: list[list[int]] | None = None
+
+    @property
+    def argmax(self) -> list[list[int]]:
+        if self._argmax is None:
+            flat = self._all.argmax(-1).tolist()
+            self._argmax = [a[:n] for a, n in zip(flat, self.sizes, strict=True)]
+        return self._argmax
+
+
+class ModelEngine:
+    """The target model with its rows' KV cache: rows side by side, ``[B, k]`` forwards, every row fed as
+    wide as the widest block (pad nodes attend only to themselves and are dropped), the cache
+    ``[B, H, max_len, D]`` compacted after every step (:func:`compact`). Attention reads only a row's own
+    keys; the price is the padding when rows guess different numbers of tokens (``padding_share`` in the
+    batch stats). A batch-1 decoder is the case B = 1: :meth:`start` prefills its prompt as the one row."""
+
+    name = "padded"
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.cache: DynamicCache | None = None
+        self.lengths: list[int] = []
+        self._start = 0
+
+    def reset(self) -> None:
+        """Drop every row (and so the KV memory)."""
+        self.cache, self.lengths, self._start = None, [], 0
+
+    def start(self, ids: torch.Tensor, hidden: bool = False) -> Any:
+        """Batch 1: forget any rows, prefill ``ids`` [1, T] as the only row; the model output (last position)."""
+        self.reset()
+        cache, out = prefill(self.model, ids, hidden)
+        self.add(cache, ids.shape[1])
+        return out
+
+    def add(self, cache: DynamicCache, length: int) -> None:
+        """Join a prefilled single-row cache holding ``length`` tokens as the last row."""
+        self.cache = join(self.cache, cache)
+        self.lengths.append(length)
+
+    def forward(self, blocks: Sequence[Block], pad_id: int = 0, hidden: bool = False) -> Forward:
+        """One forward over every row's block (row b's nodes at positions ``lengths[b] + depth``)."""
+        m = self.model
+        param = next(m.parameters())
+        self._start = cache_length(self.cache)
+        ids, pos, mask = block_inputs(m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device)
+        t0 = time.perf_counter()
+        out = m(
+            input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+            use_cache=True, output_hidden_states=hidden,
+        )  # fmt: skip
+        ms = (time.perf_counter() - t0) * 1e3
+        sizes = [len(b.tokens) for b in blocks]
+        states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
+        return Forward(out.logits, sizes, states, ids.numel(), ms)
+
+    def keep(self, paths: Sequence[Sequence[int]]) -> None:
+        """After :meth:`forward`: row b keeps the nodes ``paths[b]`` (ascending, node 0 first) of its block,
+        contiguous after its prefix; everything else that forward appended is dropped."""
+        self.lengths = compact(self.cache, self._start, self.lengths, paths)
+
+    def truncate(self, row: int, length: int) -> None:
+        """Row ``row`` keeps at most its first ``length`` cached tokens: rollback is a length (the slots past
+        it are stale, hidden by every mask and overwritten by the next forward's compaction)."""
+        self.lengths[row] = min(self.lengths[row], length)
+
+    def retain(self, keep: Sequence[int]) -> None:
+        """Keep only rows ``keep``, in that order."""
+        self.lengths = [self.lengths[i] for i in keep]
+        if keep:
+            select(self.cache, keep, self.lengths)
+        else:
+            self.cache = None
