@@ -216,8 +216,10 @@ def test_unseeded_sampling_with_the_timing_driven_schedules_follows_the_target(
 ) -> None:
     joint = exact_joint(target, SamplingConfig(temperature=1.0), PROMPT)
     samples, widths = _unseeded(UNSEEDED[method](target), N_SAMPLES)
-    # the schedule switched: AR and parallel steps (lookahead, pld), or trees of different sizes (chimera)
-    assert sum(n >= N_SAMPLES // 20 for n in widths.values()) >= 2, widths
+    if method == "chimera":  # the sized tree ran (how large depends on this machine's cached cost curve)
+        assert sum(n for w, n in widths.items() if w > 1) >= N_SAMPLES // 20, widths
+    else:  # the schedule switched between AR and parallel steps
+        assert widths[1] >= N_SAMPLES // 20 and sum(widths.values()) - widths[1] >= N_SAMPLES // 20, widths
     assert_follows(samples, joint, f"{method} unseeded, default schedule")
 
 
