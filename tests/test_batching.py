@@ -277,6 +277,8 @@ def test_compact_moves_kept_entries_and_crops():
     lengths = compact(cache, 5, [3, 5], [[0, 2], [0, 1]])
     assert lengths == [5, 7] and cache.get_seq_length() == 7
     assert torch.equal(layer.keys[0, :, 4], want0)  # row 0's kept node 2 now sits right after its root
+    with pytest.raises(ValueError, match="ascending"):  # a path out of order would scramble the cache
+        compact(cache, 5, [5, 7], [[0, 2, 1], [0]])
 
 
 def test_throughput_bench_reports_every_method_against_batched_ar_and_generate():

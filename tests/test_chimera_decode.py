@@ -97,11 +97,12 @@ def test_untrained_draft_greedy_tree_equals_ar_on_tiny_with_eos():
 
 
 def test_greedy_tree_verification_equals_ar_on_real_prompts(smollm2, real_prompts):
-    """>= 20 real prompts, fp32, an untrained draft: acceptance is low but every token must match AR."""
+    """12 real prompts (every other: GSM8K, MT-bench, HumanEval), fp32, an untrained draft: acceptance is low
+    but every token must match AR (the oracle and lookup tests below add partial and full acceptance)."""
     dec = ChimeraDecoder(smollm2.model, new_draft(smollm2.model), ChimeraOptions())
     cfg = greedy_config(24, smollm2.eos_token_ids)
     lookups = 0
-    for ids in real_prompts[:20]:
+    for ids in real_prompts[::2]:
         res = dec.generate(ids, cfg)
         assert res.tokens == greedy_ar(smollm2.model, ids, 24, smollm2.eos_token_ids)
         assert res.stats.new_tokens == sum(res.stats.accepted_per_step)

@@ -3,10 +3,10 @@
 The loop is the batch-1 loop of :mod:`fastforward.core.decoder` run over rows: *propose* (a
 :class:`Proposer` returns each row's guessed tokens as a tree under the row's anchor, its last committed
 token), *verify* (ONE target forward over every row's [anchor ; guesses], ragged rows padded and masked by
-:mod:`fastforward.core.ragged`), *accept* (per row, the one acceptance module :mod:`fastforward.core.acceptance`)
+:mod:`fastforward.core.engine`), *accept* (per row, the one acceptance module :mod:`fastforward.core.acceptance`)
 and *commit* (per row, :meth:`fastforward.core.decoder.Run.commit`: the same EOS and ``max_new_tokens`` cut as
 batch 1). Each row commits its own number of tokens per step (ragged acceptance); the cache keeps every row's
-accepted entries contiguous (:func:`fastforward.core.ragged.compact`).
+accepted entries contiguous (:func:`fastforward.core.engine.compact`).
 
 Continuous batching (:class:`BatchDecoder`): requests wait in a FIFO; before every step, while a slot is free
 (``max_batch_size``) and the reserved KV positions stay within ``token_budget`` (prompt + max_new_tokens of
@@ -90,7 +90,7 @@ class Request:
 @dataclass
 class Row:
     """A running request: its committed state (``run``) and the proposer's per-row ``state``; how many
-    cache slots hold its tokens is the layout's business (:mod:`fastforward.core.ragged`)."""
+    cache slots hold its tokens is the layout's business (:mod:`fastforward.core.engine`)."""
 
     request: Request
     run: Run

@@ -26,9 +26,10 @@ Masks: None (the model's own causal mask, as plain AR passes) when every row fee
 with no stale slots; otherwise 4D additive ``[B, 1, k, C + k]`` from :func:`fastforward.core.masks.model_mask`
 (windowed per layer type on sliding-window models), always with explicit per-row ``position_ids``.
 
-Still outside (listed in tests/test_architecture.py until they move here): draft models' own forwards
-(speculative drafters, the batched draft proposer), the packed batch layout, CLLM's trajectory collection and
-the cost-curve probe.
+Still outside: the batch-1 draft model's own cache (speculative drafters) and the packed batch layout (both
+listed in tests/test_architecture.py until they move here; the batched draft proposer already runs its draft
+on a ModelEngine of its own), and, outside core/ and decoders/, CLLM's trajectory collection and the
+cost-curve probe.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -133,6 +135,8 @@ def compact(
     src: list[int] = []
     new_lengths = []
     for r, (n, keep) in enumerate(zip(lengths, keeps, strict=True)):
+        if any(b <= a for a, b in pairwise(keep)) or (len(keep) and keep[0] < 0):
+            raise ValueError(f"a kept path must be ascending block nodes, got {list(keep)}")
         for i, node in enumerate(keep):
             if n + i != start + node:
                 rows.append(r)

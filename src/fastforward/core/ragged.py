@@ -102,7 +102,7 @@ class PackedRows:
         self._start = start
         self.slot_pos += pos
         spans = [(o, o + k) for o, k in zip(self._offsets, sizes, strict=True)]
-        # rows as a ragged batch: each row's logits and states are views into the one sequence
+        # rows as a [B, k_max, V] batch (a copy: the engine's Forward reads per-row slices and one argmax)
         rows = torch.nn.utils.rnn.pad_sequence([out.logits[0, a:b] for a, b in spans], batch_first=True)
         states = [out.hidden_states[-1][0, a:b] for a, b in spans] if hidden else None
         return Forward(rows, sizes, states, n, ms)

@@ -9,7 +9,7 @@ acceptance is high); the target reads [root ; tree] with the tree mask and tree 
 function picks the accepted path (``accept=exact``, the default and lossless: greedy tree acceptance at
 temperature 0, recursive rejection sampling over the tree's point-mass candidates when sampling; lossy and
 opt-in: ``accept=typical``, Medusa's rule, and ``accept=consultant``, Consultant Decoding's EMA-NLL rule on
-the tree, the paper's pairing with a self-drafted tree); the KV cache keeps that path contiguously (:func:`keep_positions`); the draft observes the target's
+the tree, the paper's pairing with a self-drafted tree); the KV cache keeps that path contiguously (``ModelEngine.keep``); the draft observes the target's
 hidden states of the accepted nodes. Accepted counts include the bonus token the target always adds.
 
 Options (``--opt``): ``heads=PATH`` (required, a directory saved by ``train-chimera``), ``tree=auto|default|chain``
