@@ -18,6 +18,7 @@ from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.engine import CostTracker
 
 from .conftest import greedy_ar, greedy_config
+from .test_pacing import _RandomSchedule
 
 N_TOKENS = 24
 
@@ -43,33 +44,26 @@ def test_every_lossless_method_with_its_default_schedule_equals_ar(smollm2, prom
         assert dec.generate(ids, cfg).tokens == ref
 
 
-class _CoinGate(StepGate):
-    """Every mix of AR and parallel steps a real gate could make, from a seeded coin."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.rng = random.Random(seed)
-
-    def parallel(self) -> bool:
-        return self.rng.random() < 0.5
+def _equal_to_ar(dec, smollm2, prompts, reference) -> list:
+    """Every prompt's generation, each asserted equal to greedy AR; the results for the stats checks."""
+    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
+    outs = [dec.generate(ids, cfg) for ids in prompts]
+    for out, ref in zip(outs, reference, strict=True):
+        assert out.tokens == ref
+    return outs
 
 
 @pytest.mark.parametrize("method", ["jacobi", "lookahead"])
 def test_a_random_gate_schedule_on_real_prompts_equals_ar(monkeypatch, smollm2, prompts, reference, method):
-    made: list[_CoinGate] = []
+    made: list[_RandomSchedule] = []
 
     def gate(**_: object) -> StepGate:
-        made.append(_CoinGate(len(made)))
+        made.append(_RandomSchedule(len(made)))
         return made[-1]
 
     monkeypatch.setattr(f"fastforward.decoders.{method}.StepGate", gate)
-    dec = build_decoder(method, smollm2, None, {})
-    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
-    mixed = 0
-    for ids, ref in zip(prompts, reference, strict=True):
-        out = dec.generate(ids, cfg)
-        assert out.tokens == ref
-        mixed += out.stats.ar_steps > 0 and out.stats.parallel_steps > 0
+    outs = _equal_to_ar(build_decoder(method, smollm2, None, {}), smollm2, prompts, reference)
+    mixed = sum(out.stats.ar_steps > 0 and out.stats.parallel_steps > 0 for out in outs)
     assert made and mixed >= len(prompts) - 1  # the schedules did mix both kinds of step
 
 
@@ -77,11 +71,5 @@ def test_a_random_gate_schedule_on_real_prompts_equals_ar(monkeypatch, smollm2, 
 def test_random_draft_lengths_on_real_prompts_equal_ar(monkeypatch, smollm2, prompts, reference, method):
     rng = random.Random(7)
     monkeypatch.setattr(CostTracker, "gamma", lambda self, current, gamma_max: rng.randint(0, 6))
-    dec = build_decoder(method, smollm2, None, {})
-    cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
-    ar_steps = 0
-    for ids, ref in zip(prompts, reference, strict=True):
-        out = dec.generate(ids, cfg)
-        assert out.tokens == ref
-        ar_steps += out.stats.ar_steps
-    assert ar_steps > 0
+    outs = _equal_to_ar(build_decoder(method, smollm2, None, {}), smollm2, prompts, reference)
+    assert sum(out.stats.ar_steps for out in outs) > 0
