@@ -3,6 +3,8 @@ tests), and real prompts from GSM8K held-out, MT-bench and HumanEval rendered wi
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -62,9 +64,19 @@ def greedy_config(n: int, eos: tuple[int, ...] = ()) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=n, eos_token_ids=eos)
 
 
-# (model id, prompt, eos) -> (greedy AR tokens, the length limit they were computed with)
-_AR_MEMO: dict[tuple[int, tuple[int, ...], tuple[int, ...]], tuple[list[int], int]] = {}
+# model -> (prompt, eos, weight version) -> (greedy AR tokens, the length limit they were computed with).
+# Keyed by the model object, weakly: an id() key was reused by the next tiny model once the first was
+# collected, and a test then compared with another model's tokens.
+_AR_MEMO: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, tuple[list[int], int]]] = (
+    weakref.WeakKeyDictionary()
+)
 AR_MEMO_MIN = 32  # compute at least this many tokens, so tests asking 21, 24 or 32 share one generation
+
+
+def _weights_version(model: torch.nn.Module) -> int:
+    """Grows with every in-place change of a parameter (an optimizer step, a load_state_dict), so a model
+    trained after its reference was computed gets a fresh one."""
+    return sum(p._version for p in model.parameters())
 
 
 def greedy_ar(model: torch.nn.Module, prompt, n: int, eos=()) -> list[int]:
@@ -74,10 +86,12 @@ def greedy_ar(model: torch.nn.Module, prompt, n: int, eos=()) -> list[int]:
     generation of ``max(n, AR_MEMO_MIN)`` tokens answers every shorter request."""
     from fastforward.decoders.ar import ARDecoder
 
-    key = (id(model), tuple(int(t) for t in prompt), tuple(eos))
-    cached = _AR_MEMO.get(key)
+    memo = _AR_MEMO.setdefault(model, {})
+    ids = tuple(int(t) for t in prompt)
+    key = (ids, tuple(eos), _weights_version(model))
+    cached = memo.get(key)
     if cached is None or (len(cached[0]) >= cached[1] and cached[1] < n):  # not computed far enough
         limit = max(n, AR_MEMO_MIN)
-        tokens = ARDecoder(model).generate(list(key[1]), greedy_config(limit, tuple(eos))).tokens
-        cached = _AR_MEMO[key] = (tokens, limit)
+        tokens = ARDecoder(model).generate(list(ids), greedy_config(limit, tuple(eos))).tokens
+        cached = memo[key] = (tokens, limit)
     return list(cached[0][:n])
