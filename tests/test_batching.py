@@ -9,9 +9,9 @@ import torch
 
 from fastforward.chimera.train import new_draft
 from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request
-from fastforward.core.cache import new_cache
+from fastforward.core.cache import new_cache, slot_rows
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
-from fastforward.core.ragged import Block, block_inputs, compact, join
+from fastforward.core.ragged import Block, block_inputs, compact
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.batched import ARProposer, batched
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
@@ -261,8 +261,7 @@ def test_compact_moves_kept_entries_and_crops():
         c = new_cache(m)
         m(input_ids=torch.tensor([p]), past_key_values=c, use_cache=True)
         caches.append(c)
-    cache = join(None, caches[0])
-    cache = join(cache, caches[1])
+    cache = slot_rows([(caches[0], 3), (caches[1], 5)])
     assert cache.get_seq_length() == 5
     blocks = [Block([9, 10, 11], [-1, 0, 0]), Block.chain([12, 13])]
     ids, pos, mask = block_inputs(m, [3, 5], blocks, 5, 0, torch.float32, "cpu")

@@ -13,14 +13,23 @@ the sliding cache; memory grows with the sequence as it already does for the ful
 made elsewhere are refused in one line by every helper here (:func:`full_layers`).
 
 transformers 5 only accepts ``crop(-n)``, so we work in absolute lengths here and translate.
+
+The engine's own cache is static (:class:`SlotCache`): every layer is a buffer preallocated for the request
+(prompt + output + one step's guesses), a forward writes its new entries in place after the used slots, and
+a rollback or crop only moves the used length. transformers' ``DynamicCache`` instead concatenates every
+forward's entries, copying each layer's whole cache per step; its own ``StaticCache`` keeps one write
+position that cannot be moved back, so it cannot undo a rejected guess. ``DynamicCache`` stays where rows
+are padded on the left (CLLM's trajectory collection) and in the packed batch layout.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from fastforward.errors import FastForwardError
 
@@ -48,6 +57,118 @@ def new_cache(model: torch.nn.Module) -> DynamicCache:
     if sliding_window(model) is not None:
         return DynamicCache()  # no config: every layer is a full DynamicLayer, created on first use
     return DynamicCache(config=model.config)
+
+
+class SlotLayer(CacheLayerMixin):
+    """One layer's keys and values in a preallocated ``[B, H, capacity, D]`` buffer, of which the first
+    ``length`` slots are in use. ``keys``/``values`` are the whole buffers, so slot surgery (:func:`compact`,
+    :func:`keep_positions`) indexes them as it does a dynamic layer's; the model is given views of the used
+    slots. Growing past the capacity copies once into a buffer twice as long (a request that outgrew its
+    estimate), never per step."""
+
+    is_sliding = False
+    is_compileable = False  # keeps transformers' "no mask needed" shortcut for one-token steps
+    is_croppable = True
+
+    def __init__(self, capacity: int = 0) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, q, _ = key_states.shape
+        size = max(self.capacity, q)
+        self.keys = key_states.new_zeros(b, h, size, key_states.shape[3])
+        self.values = value_states.new_zeros(b, h, size, value_states.shape[3])
+        self.is_initialized = True
+
+    def reserve(self, slots: int) -> None:
+        """Make room for at least ``slots`` slots (doubling), keeping the used ones."""
+        size = self.keys.shape[2]
+        if slots <= size:
+            return
+        size = max(slots, 2 * size)
+        for attr in ("keys", "values"):
+            old = getattr(self, attr)
+            new = old.new_zeros(old.shape[0], old.shape[1], size, old.shape[3])
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, attr, new)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.length, self.length + key_states.shape[2]
+        self.reserve(end)
+        self.keys[:, :, start:end] = key_states
+        self.values[:, :, start:end] = value_states
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """transformers' convention: a negative count of slots to drop (a length change, nothing is freed)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative count, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.keys, self.values = self.keys[indices], self.values[indices]
+
+
+class SlotCache(Cache):
+    """A cache of :class:`SlotLayer`: in-place writes, rollback by length. ``capacity`` is the slots to
+    preallocate per layer on the first forward (the request's prompt + output + widest step); 0 sizes the
+    buffers to that first forward and lets them double."""
+
+    def __init__(self, capacity: int = 0) -> None:
+        super().__init__(layer_class_to_replicate=functools.partial(SlotLayer, capacity))
+
+
+def slot_rows(caches: Sequence[tuple[Cache, int]], capacity: int = 0) -> SlotCache:
+    """One :class:`SlotCache` whose row i holds the first ``length_i`` slots of row 0 of ``caches[i]`` (a
+    prefilled single-row cache, dynamic or static) followed by ``caches[i]``'s further rows when it has
+    several (then each of them must be used up to ``length_i``; :class:`~fastforward.core.engine.ModelEngine`
+    passes its own cache with its longest row). Slots past a row's length are stale and never seen."""
+    parts = [(full_layers(c), n, c) for c, n in caches]
+    rows = sum(int(layers[0].keys.shape[0]) for layers, _, _ in parts)
+    longest = max(n for _, n, _ in parts)
+    size = max(capacity, longest, *(_slots(layers) for layers, _, _ in parts))
+    out = SlotCache(size)
+    for i, template in enumerate(parts[0][0]):
+        layer = SlotLayer(size)
+        k0, v0 = template.keys, template.values
+        layer.dtype, layer.device, layer.is_initialized = k0.dtype, k0.device, True
+        layer.keys = k0.new_zeros(rows, k0.shape[1], size, k0.shape[3])
+        layer.values = v0.new_zeros(rows, v0.shape[1], size, v0.shape[3])
+        r = 0
+        for layers, n, _ in parts:
+            src = layers[i]
+            b = int(src.keys.shape[0])
+            layer.keys[r : r + b, :, :n] = src.keys[:, :, :n]
+            layer.values[r : r + b, :, :n] = src.values[:, :, :n]
+            r += b
+        layer.length = longest
+        out.layers.append(layer)
+    return out
+
+
+def _slots(layers: list) -> int:
+    return int(layers[0].keys.shape[2]) if isinstance(layers[0], SlotLayer) else 0
 
 
 def full_layers(cache: DynamicCache) -> list:

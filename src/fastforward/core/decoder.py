@@ -26,6 +26,8 @@ from fastforward.core.engine import ModelEngine
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
+STEP_ROOM = 128  # KV slots kept free past prompt + output for one step's guesses (wider steps grow the cache)
+
 TokenCallback = Callable[[list[int]], None]
 
 
@@ -187,8 +189,10 @@ class Decoder(abc.ABC):
         requests on one decoder never share rows. Counts as a target forward when the caller commits its
         token."""
         engine = ModelEngine(self.model)
+        # room for the prompt, the whole output and one wide step: the cache is never copied to grow
+        capacity = prompt_ids.shape[1] + run.config.max_new_tokens + STEP_ROOM
         with Timer(run.stats, "prefill_time_s"):
-            out = engine.start(prompt_ids, hidden)
+            out = engine.start(prompt_ids, hidden, capacity)
         return engine, out
 
     def reopen_estimates(self) -> None:

@@ -6,12 +6,13 @@ mask, read the logits, then keep the accepted path of each row's block in the KV
 rolling back a rejected draft is keeping a prefix of its chain). The batch-1 decoders (ar, the speculative
 engine, jacobi, lookahead, Chimera) and the batched scheduler (:mod:`fastforward.core.batching`) all go through
 here, so the forward, its positions and masks, the cache surgery and the forward timing live once; the next
-steps (a static KV cache, compiled forwards per width bucket) change this module, not the methods.
+steps (compiled forwards per width bucket) change this module, not the methods.
 
 Layout (left-aligned rows, compacted). Row b's cached tokens sit in slots ``0 .. lengths[b] - 1`` of the batch
-cache; slots from ``lengths[b]`` up to the cache's length are stale for that row and every mask hides them. A
-forward appends its k new slots at the common end ``C`` (transformers' cache update concatenates), each row's
-tokens at its *own* positions (``lengths[b] + depth``), so a row's numerics do not depend on the others. After
+cache; slots from ``lengths[b]`` up to the cache's length are stale for that row and every mask hides them. The
+cache is static (:class:`fastforward.core.cache.SlotCache`: buffers preallocated for the request, written in
+place, so a step copies nothing and a rollback is a length). A forward writes its k new slots at the common end
+``C``, each row's tokens at its *own* positions (``lengths[b] + depth``), so a row's numerics do not depend on the others. After
 acceptance, :func:`compact` moves the entries a row keeps from ``C + node`` down to ``lengths[b] + i`` (one
 gather and one scatter per layer over the kept entries only) and crops the cache to the longest row.
 
@@ -20,7 +21,7 @@ tokens than the best one to be shifted (a copy of its whole row) or to keep grow
 rejected slots in place (no copy at all) grows the cache by k slots per step whatever was accepted, so
 attention and memory would scale with forwards instead of tokens. Compaction moves only accepted entries
 (a few per row per step), keeps the cache as short as the longest row plus one block, and makes joining and
-leaving plain row operations (:func:`join`, :func:`select`), which is what continuous batching needs.
+leaving plain row operations (:meth:`ModelEngine.add`, :func:`select`), which is what continuous batching needs.
 
 Masks: None (the model's own causal mask, as plain AR passes) when every row feeds a chain of the same length
 with no stale slots; otherwise 4D additive ``[B, 1, k, C + k]`` from :func:`fastforward.core.masks.model_mask`
@@ -42,9 +43,17 @@ from itertools import pairwise
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
-from fastforward.core.cache import cache_length, full_layers, new_cache, rollback, select_rows
+from fastforward.core.cache import (
+    SlotCache,
+    cache_length,
+    full_layers,
+    new_cache,
+    rollback,
+    select_rows,
+    slot_rows,
+)
 from fastforward.core.masks import Mask, model_mask, tree_depths, tree_visibility
 
 
@@ -123,7 +132,7 @@ def block_inputs(
 
 
 def compact(
-    cache: DynamicCache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]
+    cache: Cache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]
 ) -> list[int]:
     """After a forward that appended every row's block at slot ``start``, keep for row b the block nodes
     ``keeps[b]`` (ascending), moved to slots ``lengths[b], lengths[b] + 1, ...``; crop to the longest row.
@@ -157,41 +166,20 @@ def compact(
     return new_lengths
 
 
-def right_pad(cache: DynamicCache, length: int) -> None:
-    """Grow every layer to ``length`` slots with zeros at the end (stale slots no mask lets a row see)."""
-    grow = length - cache_length(cache)
-    if grow <= 0:
-        return
-    for layer in full_layers(cache):
-        for attr in ("keys", "values"):
-            t = getattr(layer, attr)
-            setattr(layer, attr, torch.cat([t, t.new_zeros(t.shape[0], t.shape[1], grow, t.shape[3])], dim=2))
-
-
-def join(cache: DynamicCache | None, other: DynamicCache) -> DynamicCache:
-    """Rows of ``other`` appended after those of ``cache`` (None: ``other`` becomes the batch)."""
-    if cache is None:
-        return other
-    length = max(cache_length(cache), cache_length(other))
-    right_pad(cache, length)
-    right_pad(other, length)
-    for a, b in zip(full_layers(cache), full_layers(other), strict=True):
-        a.keys = torch.cat([a.keys, b.keys], dim=0)
-        a.values = torch.cat([a.values, b.values], dim=0)
-    return cache
-
-
-def select(cache: DynamicCache, rows: Sequence[int], lengths: Sequence[int]) -> None:
+def select(cache: Cache, rows: Sequence[int], lengths: Sequence[int]) -> None:
     """Keep only batch rows ``rows`` (in that order; ``lengths`` are theirs) and crop to the longest."""
     select_rows(cache, rows)
     rollback(cache, max(lengths, default=0))
 
 
-def prefill(model: torch.nn.Module, ids: torch.Tensor, hidden: bool = False) -> tuple[DynamicCache, Any]:
-    """A fresh KV cache holding the prompt ``ids`` [1, T], and the model output with only the last position's
-    logits (the first new token; ``hidden``: its hidden states too). The prompt is one row; the batched
-    scheduler prefills each request this way before :meth:`ModelEngine.add` joins it to the batch."""
-    cache = new_cache(model)
+def prefill(
+    model: torch.nn.Module, ids: torch.Tensor, hidden: bool = False, cache: Any = None
+) -> tuple[Any, Any]:
+    """A KV cache holding the prompt ``ids`` [1, T] (``cache``, empty, or a fresh dynamic one), and the model
+    output with only the last position's logits (the first new token; ``hidden``: its hidden states too).
+    The prompt is one row; the batched scheduler prefills each request this way before
+    :meth:`ModelEngine.add` joins it to the batch."""
+    cache = new_cache(model) if cache is None else cache
     out = model(
         input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, output_hidden_states=hidden
     )
@@ -237,7 +225,7 @@ class ModelEngine:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.cache: DynamicCache | None = None
+        self.cache: SlotCache | None = None
         self.lengths: list[int] = []
         self._start = 0
 
@@ -245,16 +233,24 @@ class ModelEngine:
         """Drop every row (and so the KV memory)."""
         self.cache, self.lengths, self._start = None, [], 0
 
-    def start(self, ids: torch.Tensor, hidden: bool = False) -> Any:
-        """Batch 1: forget any rows, prefill ``ids`` [1, T] as the only row; the model output (last position)."""
+    def start(self, ids: torch.Tensor, hidden: bool = False, capacity: int = 0) -> Any:
+        """Batch 1: forget any rows, prefill ``ids`` [1, T] as the only row, straight into a static cache of
+        ``capacity`` slots (the request's prompt + output + widest step; it doubles if outgrown); the model
+        output (last position)."""
         self.reset()
-        cache, out = prefill(self.model, ids, hidden)
-        self.add(cache, ids.shape[1])
+        self.cache, out = prefill(self.model, ids, hidden, SlotCache(max(capacity, ids.shape[1])))
+        self.lengths = [ids.shape[1]]
         return out
 
-    def add(self, cache: DynamicCache, length: int) -> None:
-        """Join a prefilled single-row cache holding ``length`` tokens as the last row."""
-        self.cache = join(self.cache, cache)
+    def add(self, cache: Any, length: int) -> None:
+        """Join a prefilled single-row cache holding ``length`` tokens as the last row (one copy of the
+        rows into a static cache one row taller; admissions are rare next to steps)."""
+        parts = (
+            [(cache, length)]
+            if self.cache is None
+            else [(self.cache, cache_length(self.cache)), (cache, length)]
+        )
+        self.cache = slot_rows(parts)
         self.lengths.append(length)
 
     def forward(self, blocks: Sequence[Block], pad_id: int = 0, hidden: bool = False) -> Forward:
@@ -282,6 +278,7 @@ class ModelEngine:
         """Row ``row`` keeps at most its first ``length`` cached tokens: rollback is a length (the slots past
         it are stale, hidden by every mask and overwritten by the next forward's compaction)."""
         self.lengths[row] = min(self.lengths[row], length)
+        rollback(self.cache, max(self.lengths))  # a length change on the static cache; exact for batch 1
 
     def retain(self, keep: Sequence[int]) -> None:
         """Keep only rows ``keep``, in that order."""

@@ -23,15 +23,13 @@ from fastforward.core.engine import (
     block_inputs,
     chain_parents,
     compact,
-    join,
-    right_pad,
     select,
 )
 from fastforward.core.masks import model_mask
 
 __all__ = [
     "LAYOUTS", "Block", "Forward", "ModelEngine", "PackedRows", "block_geometry", "block_inputs",
-    "chain_parents", "compact", "join", "right_pad", "select",
+    "chain_parents", "compact", "select",
 ]  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from fastforward.core.acceptance import common_prefix
-from fastforward.core.cache import new_cache, rollback
+from fastforward.core.cache import SlotCache, rollback
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.core.vocab import RestrictedHead
@@ -49,7 +49,7 @@ class Proposal:
 
 
 class ModelDrafter:
-    """Autoregressive drafting with a model's public forward and its own DynamicCache.
+    """Autoregressive drafting with a model's public forward and its own static cache.
 
     With ``head`` (a :class:`RestrictedHead`), the draft runs its decoder (``get_decoder()``, public forward)
     and scores only the head's subset of the vocabulary; tokens and distributions are mapped back to full
@@ -67,7 +67,7 @@ class ModelDrafter:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = new_cache(self.model)
+        self.cache = SlotCache()  # written in place; the rollback below is a length change
         self.cached: list[int] = []  # the token ids whose KV the cache holds, in order
 
     def _next_logits(self, feed: list[int]) -> torch.Tensor:

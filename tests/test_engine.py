@@ -1,0 +1,136 @@
+"""The engine's static KV cache (:class:`fastforward.core.cache.SlotCache` behind
+:class:`fastforward.core.engine.ModelEngine`): writes in place, rollback is a length, committing a tree path
+moves only the off-chain nodes, capacity grows when a request outgrows its estimate. Each test compares
+logits with a cache-free full forward or with a fresh prefill, bitwise in fp32 where the arithmetic is the
+same, on tiny random-init models (Llama, Qwen2, and a Gemma 3 with a sliding window shorter than the
+sequence)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastforward.core.cache import SlotCache, SlotLayer, cache_length
+from fastforward.core.engine import Block, ModelEngine
+from tests.conftest import make_tiny
+from tests.test_sliding_window import make_gemma
+
+PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28]
+
+
+def full_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    """Logits after every token of ``ids`` from one cache-free forward: the reference no cache can bend."""
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
+
+
+@pytest.fixture(params=["llama", "qwen2", "gemma3"])
+def model(request) -> torch.nn.Module:
+    return make_gemma().model if request.param == "gemma3" else make_tiny(request.param, vocab=96).model
+
+
+def test_model_writes_through_the_slot_layers(model):
+    """Canary for transformers' cache contract: the model calls our layers' ``update`` with [B, H, q, D]
+    and reads back the used slots, so a release that bypasses them fails here, not as wrong tokens."""
+    engine = ModelEngine(model)
+    with torch.inference_mode():
+        engine.start(torch.tensor([PROMPT]), capacity=64)
+        layers = engine.cache.layers
+        assert layers and all(isinstance(layer, SlotLayer) for layer in layers)
+        assert all(layer.length == len(PROMPT) and layer.keys.shape[2] == 64 for layer in layers)
+        engine.forward([Block.chain([1, 2, 3])])
+    assert all(layer.length == len(PROMPT) + 3 for layer in layers)
+    assert cache_length(engine.cache) == len(PROMPT) + 3
+
+
+def test_steps_equal_one_full_forward(model):
+    """Chain steps after the prompt, each keeping a prefix of its block (a rollback of the rest): every
+    step's logits equal the cache-free forward over the whole sequence (on Gemma the window of the sliding
+    layers is shorter than the sequence)."""
+    engine = ModelEngine(model)
+    with torch.inference_mode():
+        out = engine.start(torch.tensor([PROMPT]), capacity=len(PROMPT) + 40)
+        seq = [*PROMPT, int(out.logits[0, -1].argmax())]  # the anchor: committed, not yet cached
+        for guesses, kept in [([8, 9, 10, 11], 2), ([44, 45], 3), ([70, 71, 72, 73, 74], 1)]:
+            assert engine.lengths == [len(seq) - 1]
+            step = engine.forward([Block.chain([seq[-1], *guesses])])
+            ref = full_logits(model, seq + guesses)[-len(guesses) - 1 :]
+            torch.testing.assert_close(step.logits[0], ref, rtol=1e-4, atol=1e-5)
+            engine.keep([list(range(kept))])
+            seq = seq + guesses[: kept - 1] + [int(step.argmax[0][kept - 1])]
+
+
+def test_truncate_is_a_length(model):
+    """Rolling back a row moves its length (and the cache's, for one row) and nothing else: a forward after
+    a rollback into the prompt reads none of the stale guesses left in the slots after it."""
+    engine = ModelEngine(model)
+    with torch.inference_mode():
+        engine.start(torch.tensor([PROMPT]), capacity=64)
+        keys = engine.cache.layers[0].keys
+        engine.forward([Block.chain([PROMPT[-1], 60, 61, 62, 63])])
+        engine.keep([[0, 1, 2, 3, 4]])
+        engine.truncate(0, len(PROMPT) - 3)
+        assert engine.lengths == [len(PROMPT) - 3] and cache_length(engine.cache) == len(PROMPT) - 3
+        after = engine.forward([Block.chain(PROMPT[-3:] + [50])]).logits[0]
+    assert engine.cache.layers[0].keys is keys  # in place: the buffer was never replaced
+    torch.testing.assert_close(after, full_logits(model, PROMPT + [50])[-4:], rtol=1e-4, atol=1e-5)
+
+
+def test_keeping_a_tree_path_equals_feeding_the_path(model):
+    """Commit an off-chain tree path (nodes move to the slots after the prefix), then step: the logits equal
+    those after feeding the same path as a chain."""
+    tree = Block([PROMPT[-1], 20, 21, 22, 23, 24], [-1, 0, 0, 2, 2, 4])  # path 0 -> 2 -> 4 -> 5
+    path = [0, 2, 4, 5]
+    chain = [tree.tokens[i] for i in path]
+    with torch.inference_mode():
+        a = ModelEngine(model)
+        a.start(torch.tensor([PROMPT[:-1]]), capacity=64)
+        a.forward([tree])
+        a.keep([path])
+        b = ModelEngine(model)
+        b.start(torch.tensor([PROMPT[:-1]]), capacity=64)
+        b.forward([Block.chain(chain)])
+        b.keep([list(range(len(chain)))])
+        assert a.lengths == b.lengths == [len(PROMPT) - 1 + len(path)]
+        got = a.forward([Block.chain([30, 31])]).logits[0]
+        ref = b.forward([Block.chain([30, 31])]).logits[0]
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        got, full_logits(model, PROMPT[:-1] + chain + [30, 31])[-2:], rtol=1e-4, atol=1e-5
+    )
+
+
+def test_capacity_grows_mid_request(model):
+    """A request that outgrows the slots it reserved gets a longer buffer (used slots copied once), and
+    decoding goes on unchanged."""
+    engine = ModelEngine(model)
+    seq = list(PROMPT)
+    with torch.inference_mode():
+        engine.start(torch.tensor([seq]), capacity=len(seq) + 2)
+        before = engine.cache.layers[0].keys.shape[2]
+        block = [seq[-1], 3, 4, 5, 6, 7]
+        out = engine.forward([Block.chain(block)])
+    assert engine.cache.layers[0].keys.shape[2] > before
+    torch.testing.assert_close(out.logits[0], full_logits(model, seq + block)[-6:], rtol=1e-4, atol=1e-5)
+
+
+def test_rows_joined_at_different_lengths_equal_batch_one(model):
+    """Rows of different lengths in one static cache (joined by :meth:`ModelEngine.add`, one row later
+    truncated) give each row the logits it gets alone."""
+    from fastforward.core.engine import prefill
+
+    prompts = [PROMPT, PROMPT[:5], [9, 8, 7, 6, 5, 4, 3, 2]]
+    engine = ModelEngine(model)
+    blocks = [Block.chain([1, 2, 3]), Block([4, 5, 6], [-1, 0, 0]), Block.chain([7])]
+    with torch.inference_mode():
+        for p in prompts:
+            cache, _ = prefill(model, torch.tensor([p]))
+            engine.add(cache, len(p))
+        assert isinstance(engine.cache, SlotCache)
+        engine.truncate(0, 7)
+        got = engine.forward(blocks).logits
+        for r, (p, blk) in enumerate(zip([PROMPT[:7], *prompts[1:]], blocks, strict=True)):
+            alone = ModelEngine(model)
+            alone.start(torch.tensor([p]))
+            ref = alone.forward([blk]).logits[0]
+            torch.testing.assert_close(got[r], ref, rtol=1e-4, atol=1e-5)
