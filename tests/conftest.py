@@ -36,6 +36,12 @@ def real_prompts(smollm2: LoadedModel) -> list[list[int]]:
     return [render_prompt(smollm2.tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in samples]
 
 
+# The fp32 real-prompt identity tests of the heaviest methods check every other prompt in `make test` (4 per
+# dataset) and the other half under the slow marker (`make bench-slow`): all 24 are still checked, and the
+# default suite stays within its time budget on a 2-core AVX2-only CPU.
+HALVES = [pytest.param(0, id="even"), pytest.param(1, id="odd", marks=pytest.mark.slow)]
+
+
 def prepacked_refusal(dtype: torch.dtype) -> str | None:
     """Why ``--path prepacked`` cannot run ``dtype`` on this CPU (None where it can): oneDNN runs bf16 only
     with avx512bw/vl/dq or avx_ne_convert, so on AVX2-only CPUs a bf16 prepacked test skips with this reason

@@ -68,10 +68,17 @@ BUILDERS: dict[str, Callable[[LoadedModel], Decoder]] = {
 }
 # the target's own int8 copy drafts: q is nearly p, so nearly every draft is accepted and rejections are rare
 FEW_REJECTIONS = {"qsd"}
-# (temperature, top_k, top_p): plain sampling for every method in the default suite; temperature 0.7 with
-# top-k or top-p for each method under the slow marker (each run costs 15-35 s on 2 cores; the verifier's
-# filter handling is also tested directly, and fast, in tests/test_tree_sampling.py)
-CASES = [(m, 1.0, 0, 1.0) for m in BUILDERS] + [
+# (temperature, top_k, top_p): plain sampling in the default suite for every method whose rule or drafter
+# no other default case covers; sd, layerskip and chimera run it under the slow marker, as sd-lookup (the
+# same verifier and draft-model q), qsd (the same drafter class on the target's own weights) and
+# chimera-lookup (the same heads and tree rule) cover them by default; temperature 0.7 with top-k or top-p
+# for each method under the slow marker (each run costs 15-35 s on 2 cores; the verifier's filter handling
+# is also tested directly, and fast, in tests/test_tree_sampling.py)
+COVERED_BY_ANOTHER = {"sd", "layerskip", "chimera"}
+CASES = [
+    pytest.param(m, 1.0, 0, 1.0, marks=[pytest.mark.slow] if m in COVERED_BY_ANOTHER else [])
+    for m in BUILDERS
+] + [
     pytest.param(m, 0.7, k, p, marks=pytest.mark.slow)
     for m, k, p in [
         ("lookahead", 5, 1.0),
