@@ -141,17 +141,25 @@ def test_cli_bench_interrupted_by_ctrl_c_then_resumed(tmp_path: Path) -> None:
     argv = ["bench", "--dataset", "mtbench", "--limit", "6", "--max-new-tokens", "8", "--methods", "ar,pld",
             "--dtype", "float32", "--warmup", "0", "--out", "r.json"]  # fmt: skip
     log = tmp_path / "r.samples.jsonl"
+    # the child gets Ctrl-C's default disposition, as from a terminal: an ignored SIGINT in the test process
+    # (inherited across exec, so Python would install no KeyboardInterrupt handler) must not hide the check
+    parent_sigint = signal.getsignal(signal.SIGINT)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastforward", *argv], cwd=tmp_path, stderr=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-m", "fastforward", *argv], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     deadline = time.monotonic() + 600
+    sent = False
     while time.monotonic() < deadline and proc.poll() is None:
         if log.exists() and len(log.read_text().splitlines()) >= 2:  # header + one finished turn
             proc.send_signal(signal.SIGINT)  # our own child: the only process this test signals
+            sent = True
             break
         time.sleep(0.05)
     _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (
+        f"{err}\n(SIGINT sent: {sent}; the test process's SIGINT handler: {parent_sigint})"
+    )
     assert "--resume" in err and "Traceback" not in err
     assert not (tmp_path / "r.json").exists()
     saved = len(log.read_text().splitlines()) - 1

@@ -27,10 +27,11 @@ Masks: None (the model's own causal mask, as plain AR passes) when every row fee
 with no stale slots; otherwise 4D additive ``[B, 1, k, C + k]`` from :func:`fastforward.core.masks.model_mask`
 (windowed per layer type on sliding-window models), always with explicit per-row ``position_ids``.
 
-Still outside: the batch-1 draft model's own cache (speculative drafters) and the packed batch layout (both
-listed in tests/test_architecture.py until they move here; the batched draft proposer already runs its draft
-on a ModelEngine of its own), and, outside core/ and decoders/, CLLM's trajectory collection and the
-cost-curve probe.
+Draft models run on engines of their own: the batch-1 drafter feeds its row with :meth:`ModelEngine.feed`
+(next-token logits only, or the hidden state for a reduced-vocabulary head), the batched draft proposer
+steps its rows with :meth:`ModelEngine.forward`. Still outside: the packed batch layout (listed in
+tests/test_architecture.py until it moves here or goes), and, outside core/ and decoders/, CLLM's trajectory
+collection and the cost-curve probe.
 """
 
 from __future__ import annotations
@@ -131,9 +132,7 @@ def block_inputs(
     return ids.to(device), pos.to(device), _on(model_mask(model, allowed, pos, kv_pos, dtype), device)
 
 
-def compact(
-    cache: Cache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]
-) -> list[int]:
+def compact(cache: Cache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]) -> list[int]:
     """After a forward that appended every row's block at slot ``start``, keep for row b the block nodes
     ``keeps[b]`` (ascending), moved to slots ``lengths[b], lengths[b] + 1, ...``; crop to the longest row.
 
@@ -269,6 +268,28 @@ class ModelEngine:
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
         return Forward(out.logits, sizes, states, ids.numel(), ms)
 
+    def feed(self, tokens: Sequence[int], head: bool = True) -> torch.Tensor:
+        """Batch 1, drafting: ``tokens`` after row 0's cached ones (a draft model catching up and stepping),
+        all kept; what follows the last of them: the next-token logits [V] (only that position goes through
+        the LM head), or with ``head=False`` the decoder's last hidden state [d], for a draft that scores a
+        reduced vocabulary with its own head. The first call opens the row on an empty cache."""
+        if self.cache is None:
+            self.cache, self.lengths = SlotCache(), [0]
+        n, k = self.lengths[0], len(tokens)
+        dev = next(self.model.parameters()).device
+        kwargs = dict(
+            input_ids=torch.tensor([list(tokens)], dtype=torch.long, device=dev),
+            position_ids=torch.arange(n, n + k, device=dev)[None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        if head:
+            out = self.model(**kwargs, logits_to_keep=1).logits[0, -1]
+        else:
+            out = self.model.get_decoder()(**kwargs).last_hidden_state[0, -1]
+        self.lengths[0] = n + k
+        return out
+
     def keep(self, paths: Sequence[Sequence[int]]) -> None:
         """After :meth:`forward`: row b keeps the nodes ``paths[b]`` (ascending, node 0 first) of its block,
         contiguous after its prefix; everything else that forward appended is dropped."""
@@ -278,7 +299,8 @@ class ModelEngine:
         """Row ``row`` keeps at most its first ``length`` cached tokens: rollback is a length (the slots past
         it are stale, hidden by every mask and overwritten by the next forward's compaction)."""
         self.lengths[row] = min(self.lengths[row], length)
-        rollback(self.cache, max(self.lengths))  # a length change on the static cache; exact for batch 1
+        if self.cache is not None:
+            rollback(self.cache, max(self.lengths))  # a length change on the static cache; exact for batch 1
 
     def retain(self, keep: Sequence[int]) -> None:
         """Keep only rows ``keep``, in that order."""

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from fastforward.core.acceptance import common_prefix
-from fastforward.core.cache import SlotCache, rollback
 from fastforward.core.decoder import SamplingConfig
+from fastforward.core.engine import ModelEngine
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.core.vocab import RestrictedHead
 from fastforward.errors import FastForwardError
@@ -49,7 +49,7 @@ class Proposal:
 
 
 class ModelDrafter:
-    """Autoregressive drafting with a model's public forward and its own static cache.
+    """Autoregressive drafting with the draft model on an engine of its own (one row, static cache).
 
     With ``head`` (a :class:`RestrictedHead`), the draft runs its decoder (``get_decoder()``, public forward)
     and scores only the head's subset of the vocabulary; tokens and distributions are mapped back to full
@@ -61,31 +61,21 @@ class ModelDrafter:
         self.model = model
         self.stop_below = stop_below  # stop drafting after a token the draft itself gives p < stop_below
         self.head = head
-        self.device = next(model.parameters()).device
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.softcap = getattr(cfg, "final_logit_softcapping", None)  # Gemma 2: applied after the head
         self.reset()
 
     def reset(self) -> None:
-        self.cache = SlotCache()  # written in place; the rollback below is a length change
-        self.cached: list[int] = []  # the token ids whose KV the cache holds, in order
+        self.engine = ModelEngine(self.model)
+        self.cached: list[int] = []  # the token ids whose KV the engine's row holds, in order
 
     def _next_logits(self, feed: list[int]) -> torch.Tensor:
         """Logits of the next token: over the vocabulary [V], or over the head's subset [K]."""
-        start = len(self.cached)
-        kwargs = dict(
-            input_ids=torch.tensor([feed], device=self.device),
-            position_ids=torch.arange(start, start + len(feed), device=self.device)[None],
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        if self.head is None:
-            out = self.model(**kwargs, logits_to_keep=1)
-            self.cached += feed
-            return out.logits[0, -1]
-        hidden = self.model.get_decoder()(**kwargs).last_hidden_state[0, -1]
+        out = self.engine.feed(feed, head=self.head is None)
         self.cached += feed
-        logits = self.head(hidden)
+        if self.head is None:
+            return out
+        logits = self.head(out)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -93,7 +83,8 @@ class ModelDrafter:
     def propose(self, ctx: DraftContext) -> Proposal:
         # Keep the cached prefix that still agrees with the committed tokens; feed at least one token.
         keep = min(common_prefix(self.cached, ctx.tokens), len(ctx.tokens) - 1)
-        rollback(self.cache, keep)
+        if self.cached:
+            self.engine.truncate(0, keep)  # a length change: the stale slots are overwritten next
         del self.cached[keep:]
         feed = ctx.tokens[keep:]
         tokens: list[int] = []
