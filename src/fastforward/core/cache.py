@@ -139,15 +139,15 @@ class SlotCache(Cache):
         super().__init__(layer_class_to_replicate=functools.partial(SlotLayer, capacity))
 
 
-def slot_rows(caches: Sequence[tuple[Cache, int]], capacity: int = 0) -> SlotCache:
-    """One :class:`SlotCache` whose row i holds the first ``length_i`` slots of row 0 of ``caches[i]`` (a
-    prefilled single-row cache, dynamic or static) followed by ``caches[i]``'s further rows when it has
-    several (then each of them must be used up to ``length_i``; :class:`~fastforward.core.engine.ModelEngine`
-    passes its own cache with its longest row). Slots past a row's length are stale and never seen."""
-    parts = [(full_layers(c), n, c) for c, n in caches]
-    rows = sum(int(layers[0].keys.shape[0]) for layers, _, _ in parts)
-    longest = max(n for _, n, _ in parts)
-    size = max(capacity, longest, *(_slots(layers) for layers, _, _ in parts))
+def slot_rows(caches: Sequence[tuple[Cache, int]]) -> SlotCache:
+    """One :class:`SlotCache` holding the rows of every ``(cache, length)`` in order, each up to its
+    ``length`` (a prefilled single-row cache, dynamic or static, or the engine's own rows with their longest
+    length); slots past a row's length are stale and never seen. Keeps the largest buffer among the parts, so
+    joining a row does not shrink the room left for the running ones."""
+    parts = [(full_layers(c), n) for c, n in caches]
+    rows = sum(int(layers[0].keys.shape[0]) for layers, _ in parts)
+    longest = max(n for _, n in parts)
+    size = max(longest, *(int(layers[0].keys.shape[2]) for layers, _ in parts))
     out = SlotCache(size)
     for i, template in enumerate(parts[0][0]):
         layer = SlotLayer(size)
@@ -156,7 +156,7 @@ def slot_rows(caches: Sequence[tuple[Cache, int]], capacity: int = 0) -> SlotCac
         layer.keys = k0.new_zeros(rows, k0.shape[1], size, k0.shape[3])
         layer.values = v0.new_zeros(rows, v0.shape[1], size, v0.shape[3])
         r = 0
-        for layers, n, _ in parts:
+        for layers, n in parts:
             src = layers[i]
             b = int(src.keys.shape[0])
             layer.keys[r : r + b, :, :n] = src.keys[:, :, :n]
@@ -165,10 +165,6 @@ def slot_rows(caches: Sequence[tuple[Cache, int]], capacity: int = 0) -> SlotCac
         layer.length = longest
         out.layers.append(layer)
     return out
-
-
-def _slots(layers: list) -> int:
-    return int(layers[0].keys.shape[2]) if isinstance(layers[0], SlotLayer) else 0
 
 
 def full_layers(cache: DynamicCache) -> list:
