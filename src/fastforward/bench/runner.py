@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fastforward import hardware
+from fastforward.core.compiled import compiled
 from fastforward.core.decoder import Decoder, GenerationConfig
+from fastforward.core.engine import warm_buckets
 from fastforward.core.metrics import DecodeTotals, generation_record
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
@@ -101,6 +103,8 @@ def run_bench(
     if saved:
         log(f"resuming: {len(saved)} turns done, {todo} to go")
 
+    if warmup and samples and todo and compiled(target.model) is not None:
+        log(f"--compile: warming every width bucket before timing ({warm_buckets(target.model):.0f} s)")
     if warmup and samples and todo:
         ids = render_prompt(tok, [{"role": "user", "content": samples[0].turns[0]}])
         warm = GenerationConfig(
@@ -177,6 +181,7 @@ def run_bench(
         "dtype": target.dtype,
         "path": getattr(target.model, "fastforward_path", "default"),
         "fp32_logits": bool(getattr(target.model, "fastforward_fp32_logits", False)),
+        "engine": "compiled" if compiled(target.model) is not None else "eager",
         "dataset": dataset,
         "hardware": hardware.describe(),
         **hardware.provenance(),

@@ -55,6 +55,15 @@ def add_model_args(
             "on CPUs where the default GEMM is not; see `fastforward costs`)",
         )
         p.add_argument(
+            "--compile",
+            default="off",
+            choices=["off", "on"],
+            help="on = run the target's decoding forwards as torch.compile graphs (inductor, frozen weights, "
+            "max-autotune) per width bucket 1-32 over a fixed KV cache: ~2x faster per token on small models "
+            "on CPU, but each bucket used compiles once (~2.5 min on 2 cores; kept in the cache directory "
+            "for later runs); responses say whether a request ran compiled or eager and why",
+        )
+        p.add_argument(
             "--fp32-logits",
             action="store_true",
             help="compute the LM head in float32 on a bf16/fp16 model: near-tied top-1/top-2 logits keep "
@@ -132,7 +141,24 @@ def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | No
     draft = (
         load_model(args.draft, dtype, args.device, path=args.path) if getattr(args, "draft", None) else None
     )
+    if getattr(args, "compile", "off") == "on":
+        compile_target(target, getattr(args, "max_new_tokens", 128))
     return target, draft
+
+
+def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
+    """``--compile on``: give the target compiled forwards with a fixed cache that holds a long prompt
+    (512 tokens), the answer and the widest bucket; a request that needs more runs eagerly and says so."""
+    from fastforward.core.compiled import BUCKETS, inductor_cache
+    from fastforward.core.engine import compile_forward
+    from fastforward.models.cache import cache_root
+
+    inductor_cache(str(cache_root()))
+    capacity = 1 << (512 + max_new_tokens + BUCKETS[-1] - 1).bit_length()
+    compile_forward(target.model, capacity)
+    log(
+        f"--compile on: decoding forwards compiled per width bucket on first use (fixed cache of {capacity} slots)"
+    )
 
 
 def generation_config(args: argparse.Namespace, target: LoadedModel) -> GenerationConfig:

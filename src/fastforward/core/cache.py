@@ -139,6 +139,84 @@ class SlotCache(Cache):
         super().__init__(layer_class_to_replicate=functools.partial(SlotLayer, capacity))
 
 
+class FixedLayer(CacheLayerMixin):
+    """One layer's keys and values in a ``[B, H, capacity, D]`` buffer whose shape never changes, for
+    compiled forwards (:mod:`fastforward.core.compiled`): :meth:`update` writes the new entries at the slots
+    the engine names in ``slots.where`` (a tensor, so the compiled graph does not depend on the length) and
+    returns the *whole* buffers; the attention mask hides every slot past a row's length. The used length is
+    kept by the engine (:meth:`FixedCache.advance`), never inside the forward, for the same reason. Crop,
+    compaction and rollback work on it as on :class:`SlotLayer`."""
+
+    is_sliding = False
+    is_compileable = True
+    is_croppable = True
+
+    def __init__(self, capacity: int, slots: FixedSlots) -> None:
+        super().__init__()
+        self.capacity, self.slots, self.length = capacity, slots, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, _ = key_states.shape
+        self.keys = key_states.new_zeros(b, h, self.capacity, key_states.shape[3])
+        self.values = value_states.new_zeros(b, h, self.capacity, value_states.shape[3])
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys.index_copy_(2, self.slots.where, key_states)
+        self.values.index_copy_(2, self.slots.where, value_states)
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.capacity, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative count, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+class FixedSlots:
+    """Where the next forward writes: slot indices shared by every :class:`FixedLayer` of one cache."""
+
+    def __init__(self) -> None:
+        self.where = torch.zeros(1, dtype=torch.long)
+
+
+class FixedCache(Cache):
+    """A cache of :class:`FixedLayer` with ``capacity`` slots per layer (shapes fixed for a compiled graph):
+    writes go where :meth:`write_at` says, the used length moves with :meth:`advance`, rollback by length."""
+
+    def __init__(self, capacity: int) -> None:
+        self.slots = FixedSlots()
+        self.capacity = capacity
+        super().__init__(layer_class_to_replicate=functools.partial(FixedLayer, capacity, self.slots))
+
+    def write_at(self, start: int, count: int, device: torch.device | str) -> None:
+        """The next forward's ``count`` entries go to slots ``start .. start + count - 1``."""
+        if start + count > self.capacity:
+            raise ValueError(f"{start + count} slots do not fit a fixed cache of {self.capacity}")
+        self.slots.where = torch.arange(start, start + count, device=device)
+
+    def advance(self, length: int) -> None:
+        """After a forward: the first ``length`` slots are in use (pad entries past it are stale)."""
+        for layer in self.layers:
+            layer.length = length
+
+
 def slot_rows(caches: Sequence[tuple[Cache, int]]) -> SlotCache:
     """One :class:`SlotCache` holding the rows of every ``(cache, length)`` in order, each up to its
     ``length`` (a prefilled single-row cache, dynamic or static, or the engine's own rows with their longest

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from fastforward.core.compiled import compiled
 from fastforward.core.engine import ModelEngine
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
@@ -117,6 +118,7 @@ class Run:
     emit: TokenCallback
     tokens: list[int] = field(default_factory=list)  # new tokens committed so far
     done: bool = False
+    engine: ModelEngine | None = None  # the target's engine once prefilled (closed when the request ends)
 
     def commit(self, new: Sequence[int], counted: bool = True, width: int = 1) -> list[int]:
         """Commit the tokens one target forward produced (cut at EOS / the length cap) and count the forward.
@@ -174,8 +176,14 @@ class Decoder(abc.ABC):
         stats = DecodeStats(method=self.name, prompt_tokens=ids.shape[1])
         run = Run(config, stats, on_tokens or (lambda _t: None))
         start = time.perf_counter()
-        with torch.inference_mode():
-            self._generate(ids, run)
+        try:
+            with torch.inference_mode():
+                self._generate(ids, run)
+        finally:
+            if run.engine is not None:  # gives a compiled forward's cache back for the next request
+                if compiled(self.model) is not None:  # say what ran: compiled graphs, or eager and why
+                    stats.extras["forward"] = run.engine.ran
+                run.engine.close()
         stats.wall_time_s = time.perf_counter() - start
         stats.new_tokens = len(run.tokens)
         return GenerationResult(tokens=run.tokens, stats=stats)
@@ -193,6 +201,7 @@ class Decoder(abc.ABC):
         capacity = prompt_ids.shape[1] + run.config.max_new_tokens + STEP_ROOM
         with Timer(run.stats, "prefill_time_s"):
             out = engine.start(prompt_ids, hidden, capacity)
+        run.engine = engine
         return engine, out
 
     def reopen_estimates(self) -> None:

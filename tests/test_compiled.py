@@ -1,0 +1,163 @@
+"""Compiled forwards (:mod:`fastforward.core.compiled` behind :class:`fastforward.core.engine.ModelEngine`):
+one graph per width bucket over a fixed cache. Tokens through the compiled engine must equal greedy AR
+through the eager one; padding a block up to its bucket must never change a token; every case that cannot
+use the graphs (a request larger than the fixed cache, the cache busy with another request, a compiler
+failure) runs eagerly, gives the same tokens and says why in its stats.
+
+Tiny random-init Llama with inductor's default mode (seconds to compile, cached by inductor between runs);
+the max-autotune kernels on real SmolLM2 are checked in the slow set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastforward.core.compiled import BUCKETS, bucket, compiled
+from fastforward.core.engine import Block, ModelEngine, compile_forward
+from fastforward.decoders.registry import build_decoder
+from tests.conftest import greedy_config, make_tiny
+
+# repetitive, so prompt lookup and lookahead find guesses and verify several tokens per step
+PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The same tiny weights twice: one model eager (the reference), one with compiled forwards."""
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(fast.model, capacity=256, mode=None)
+    return eager, fast
+
+
+def test_buckets() -> None:
+    assert [bucket(k) for k in (1, 2, 3, 5, 8, 9, 32)] == [1, 2, 4, 8, 8, 16, 32]
+    assert bucket(BUCKETS[-1] + 1) is None
+
+
+@pytest.mark.parametrize(
+    "method",
+    # jacobi and lookahead also run in the slow set here and on real SmolLM2: the suite's time budget
+    [
+        "ar",
+        "pld",
+        pytest.param("jacobi", marks=pytest.mark.slow),
+        pytest.param("lookahead", marks=pytest.mark.slow),
+    ],
+)
+def test_compiled_methods_equal_eager_greedy_ar(pair, method) -> None:
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
+    out = build_decoder(method, fast).generate(PROMPT, greedy_config(40))
+    assert out.tokens == ref
+    assert out.stats.extras["forward"] == "compiled"
+    assert compiled(fast.model).failed is None
+
+
+def test_bucket_padding_keeps_logits(pair) -> None:
+    """A 3-node tree padded to the 4-token graph scores like the eager 3-node forward, and the cache keeps
+    exactly the path asked for (the pad slot is stale, never seen)."""
+    eager, fast = pair
+    tree = Block([28, 5, 9], [-1, 0, 0])  # two children of the anchor: a tree, not a chain
+    out = {}
+    with torch.inference_mode():
+        for name, lm in (("eager", eager), ("compiled", fast)):
+            engine = ModelEngine(lm.model)
+            engine.start(torch.tensor([PROMPT]), capacity=64)
+            out[name] = engine.forward([tree]).logits[0]
+            engine.keep([[0, 2]])
+            out[name + "_next"] = engine.forward([Block.chain([7, 3])]).logits[0]
+            assert engine.lengths == [len(PROMPT) + 2]
+            engine.close()
+    assert out["compiled"].shape == out["eager"].shape == (3, 96)
+    torch.testing.assert_close(out["compiled"], out["eager"], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out["compiled_next"], out["eager_next"], rtol=1e-4, atol=1e-4)
+
+
+def test_outgrowing_the_fixed_cache_mid_request_moves_the_rows_and_goes_on_eagerly(pair) -> None:
+    """A step that would write past the fixed cache's end copies the rows into a cache of their own: the
+    scores stay the eager engine's and the compiled forward is free again."""
+    eager, fast = pair
+    runner = compiled(fast.model)
+    engines = [ModelEngine(lm.model) for lm in (eager, fast)]
+    with torch.inference_mode():
+        for engine in engines:
+            engine.start(torch.tensor([PROMPT]), capacity=64)
+        assert engines[1].ran == "compiled"
+        for step in range(8):  # 33 + 8 x 30 tokens > 256 slots
+            block = Block.chain([(7 * step + i) % 96 for i in range(30)])
+            a, b = (engine.forward([block]).logits[0] for engine in engines)
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+            for engine in engines:
+                engine.keep([list(range(30))])
+        assert engines[1].ran.startswith("eager (outgrew")
+        assert engines[0].lengths == engines[1].lengths == [len(PROMPT) + 240]
+        assert runner.acquire() is not None  # released when the rows left
+        runner.release()
+        for engine in engines:
+            engine.close()
+
+
+def test_request_larger_than_the_fixed_cache_runs_eagerly(pair) -> None:
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(100)).tokens
+    out = build_decoder("pld", fast).generate(PROMPT, greedy_config(100))
+    assert out.tokens == ref
+    assert out.stats.extras["forward"].startswith("eager (needs")
+
+
+def test_busy_compiled_forward_lets_the_next_request_run_eagerly(pair) -> None:
+    eager, fast = pair
+    runner = compiled(fast.model)
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(12)).tokens
+    assert runner.acquire() is not None  # another request holds the fixed cache
+    try:
+        out = build_decoder("ar", fast).generate(PROMPT, greedy_config(12))
+    finally:
+        runner.release()
+    assert out.tokens == ref
+    assert out.stats.extras["forward"] == "eager (the compiled forward was busy with another request)"
+    again = build_decoder("ar", fast).generate(PROMPT, greedy_config(12))
+    assert again.stats.extras["forward"] == "compiled"  # released after each request
+
+
+def test_compile_failure_falls_back_in_one_line(capsys) -> None:
+    eager, broken = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(broken.model, capacity=256, mode=None)
+
+    def fail(*_args, **_kwargs):
+        raise RuntimeError("C++ compile error: no compiler\nlong trace")
+
+    runner._fn = fail
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(10)).tokens
+    out = build_decoder("pld", broken).generate(PROMPT, greedy_config(10))
+    assert out.tokens == ref
+    assert (
+        out.stats.extras["forward"]
+        == "eager (compiling failed: RuntimeError: C++ compile error: no compiler)"
+    )
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "compiling failed" in ln]
+    assert lines == [
+        "[fastforward] --compile: compiling failed (RuntimeError: C++ compile error: no compiler); "
+        "decoding eagerly instead"
+    ]
+
+
+@pytest.mark.slow
+def test_compiled_smollm2_equals_eager_ar(smollm2, real_prompts) -> None:
+    """Real SmolLM2 through the max-autotune graphs (minutes to compile on 2 cores; cached on disk): AR and
+    the lossless methods with their default schedules equal eager greedy AR."""
+    ref = {
+        i: build_decoder("ar", smollm2).generate(p, greedy_config(32)).tokens
+        for i, p in enumerate(real_prompts[:2])
+    }
+    runner = compile_forward(smollm2.model, capacity=1024)
+    try:
+        for method in ("ar", "pld", "lookahead", "jacobi"):
+            for i, p in enumerate(real_prompts[:2]):
+                out = build_decoder(method, smollm2).generate(p, greedy_config(32))
+                assert out.tokens == ref[i], (method, i)
+                assert out.stats.extras["forward"] == "compiled"
+        assert runner.failed is None
+    finally:
+        del smollm2.model.fastforward_compiled

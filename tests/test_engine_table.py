@@ -1,0 +1,42 @@
+"""results/engine.json is built from the files that measured it (:mod:`fastforward.bench.engine_table`):
+the named keys, the ratios against the same run's compiled AR and against llama.cpp at the same precision."""
+
+from __future__ import annotations
+
+from fastforward.bench.engine_table import bench_runs, llamacpp_rows
+
+LLAMA = [
+    {"model_type": "llama ?B F32", "n_prompt": 0, "n_gen": 64, "avg_ts": 25.0},
+    {"model_type": "llama ?B F32", "n_prompt": 8, "n_gen": 0, "avg_ts": 160.0},
+    {"model_type": "llama ?B Q8_0", "n_prompt": 0, "n_gen": 64, "avg_ts": 70.0},
+]
+BENCH = {
+    "model": "smollm2-135m", "dtype": "float32", "engine": "compiled", "dataset": "mtbench", "isa": "AVX2",
+    "revision": "abc", "command": "fastforward bench --compile on",
+    "methods": {
+        "ar": {"tokens_per_s": 30.0, "mean_accepted_tokens": 1.0, "identical_to_ar": 1.0, "ar_step_share": None},
+        "pld": {"tokens_per_s": 36.0, "mean_accepted_tokens": 1.4, "identical_to_ar": 1.0, "ar_step_share": 0.8},
+        "hf_generate": {"tokens_per_s": 15.0, "mean_accepted_tokens": 1.0, "identical_to_ar": 1.0},
+    },
+}  # fmt: skip
+KEYS = {
+    "model", "dtype", "weights", "engine", "method", "dataset", "tokens_per_s", "speedup_vs_compiled_ar",
+    "ratio_vs_llamacpp_ar_same_precision", "tokens_per_forward", "identical_to_ar_fp32", "isa",
+}  # fmt: skip
+
+
+def test_llamacpp_rows_split_generation_and_batches() -> None:
+    ar, curves = llamacpp_rows(LLAMA)
+    assert ar == {"F32": 25.0, "Q8_0": 70.0}
+    assert curves == {"F32": {8: 50.0}}  # 8 tokens at 160 tok/s: 50 ms per batch
+
+
+def test_bench_runs_keep_the_named_keys_and_ratios() -> None:
+    ar, _ = llamacpp_rows(LLAMA)
+    runs = {r["method"]: r for r in bench_runs(BENCH, ar)}
+    assert all(set(r) >= KEYS for r in runs.values())
+    assert runs["pld"]["speedup_vs_compiled_ar"] == 1.2
+    assert runs["pld"]["ratio_vs_llamacpp_ar_same_precision"] == 1.44  # against F32, not Q8_0
+    assert runs["hf_generate"]["engine"] == "eager" and runs["pld"]["engine"] == "compiled"
+    eager = bench_runs({**BENCH, "engine": "eager"}, ar)
+    assert all(r["speedup_vs_compiled_ar"] is None for r in eager)  # no compiled AR in that run
