@@ -139,28 +139,22 @@ class SlotCache(Cache):
         super().__init__(layer_class_to_replicate=functools.partial(SlotLayer, capacity))
 
 
-class FixedLayer(CacheLayerMixin):
+class FixedLayer(SlotLayer):
     """One layer's keys and values in a ``[B, H, capacity, D]`` buffer whose shape never changes, for
     compiled forwards (:mod:`fastforward.core.compiled`): :meth:`update` writes the new entries at the slots
     the engine names in ``slots.where`` (a tensor, so the compiled graph does not depend on the length) and
     returns the *whole* buffers; the attention mask hides every slot past a row's length. The used length is
-    kept by the engine (:meth:`FixedCache.advance`), never inside the forward, for the same reason. Crop,
-    compaction and rollback work on it as on :class:`SlotLayer`."""
+    kept by the engine (:meth:`FixedCache.advance`), never inside the forward, for the same reason. Length,
+    crop, reset and row selection are :class:`SlotLayer`'s; it never grows."""
 
-    is_sliding = False
     is_compileable = True
-    is_croppable = True
 
     def __init__(self, capacity: int, slots: FixedSlots) -> None:
-        super().__init__()
-        self.capacity, self.slots, self.length = capacity, slots, 0
+        super().__init__(capacity)
+        self.slots = slots
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        b, h, _, _ = key_states.shape
-        self.keys = key_states.new_zeros(b, h, self.capacity, key_states.shape[3])
-        self.values = value_states.new_zeros(b, h, self.capacity, value_states.shape[3])
-        self.is_initialized = True
+        super().lazy_initialization(key_states[:, :, :0], value_states[:, :, :0])  # exactly capacity slots
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
@@ -174,19 +168,8 @@ class FixedLayer(CacheLayerMixin):
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.capacity, 0
 
-    def get_seq_length(self) -> int:
-        return self.length
-
     def get_max_length(self) -> int:
         return self.capacity
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:
-            raise ValueError(f"crop takes a negative count, got {tokens_to_remove}")
-        self.length = max(0, self.length + tokens_to_remove)
-
-    def reset(self) -> None:
-        self.length = 0
 
 
 class FixedSlots:

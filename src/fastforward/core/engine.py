@@ -332,9 +332,10 @@ class ModelEngine:
         m = self.model
         param = next(m.parameters())
         self._start = cache_length(self.cache)
-        if self._runner is not None and self._start + max(len(b.tokens) for b in blocks) > self.cache.capacity:
+        k = max(len(b.tokens) for b in blocks)
+        if self._runner is not None and self._start + k > self.cache.capacity:
             self._leave_fixed_cache("eager (outgrew the compiled forward's fixed cache mid-request)")
-        width = bucket(max(len(b.tokens) for b in blocks)) if self._runner is not None else None
+        width = bucket(k) if self._runner is not None else None
         if width is not None and self._start + width <= self.cache.capacity:
             return self._fixed_forward(blocks, pad_id, hidden, width, param)
         ids, pos, mask = block_inputs(
