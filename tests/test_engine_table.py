@@ -3,7 +3,7 @@ the named keys, the ratios against the same run's compiled AR and against llama.
 
 from __future__ import annotations
 
-from fastforward.bench.engine_table import bench_runs, llamacpp_rows
+from fastforward.bench.engine_table import bench_runs, llamacpp_rows, run_details
 
 LLAMA = [
     {"model_type": "llama ?B F32", "n_prompt": 0, "n_gen": 64, "avg_ts": 25.0},
@@ -35,8 +35,15 @@ def test_bench_runs_keep_the_named_keys_and_ratios() -> None:
     ar, _ = llamacpp_rows(LLAMA)
     runs = {r["method"]: r for r in bench_runs(BENCH, ar)}
     assert all(set(r) >= KEYS for r in runs.values())
+    assert all(set(r) == KEYS for r in runs.values())  # exactly the keys; the rest in run_details
     assert runs["pld"]["speedup_vs_compiled_ar"] == 1.2
     assert runs["pld"]["ratio_vs_llamacpp_ar_same_precision"] == 1.44  # against F32, not Q8_0
     assert runs["hf_generate"]["engine"] == "eager" and runs["pld"]["engine"] == "compiled"
     eager = bench_runs({**BENCH, "engine": "eager"}, ar)
     assert all(r["speedup_vs_compiled_ar"] is None for r in eager)  # no compiled AR in that run
+
+
+def test_run_details_keep_the_ar_step_share_and_provenance() -> None:
+    details = {d["method"]: d for d in run_details(BENCH)}
+    assert details["pld"]["ar_step_share"] == 0.8
+    assert details["pld"]["revision"] == "abc" and details["hf_generate"]["engine"] == "eager"

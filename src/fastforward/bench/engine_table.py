@@ -67,14 +67,27 @@ def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dic
                 "speedup_vs_compiled_ar": round(tps / ar, 3) if engine == "compiled" else None,
                 "ratio_vs_llamacpp_ar_same_precision": round(tps / ref, 3) if ref else None,
                 "tokens_per_forward": round(m["mean_accepted_tokens"], 3),
-                "ar_step_share": m.get("ar_step_share"),
                 "identical_to_ar_fp32": m["identical_to_ar"] if bench["dtype"] == "float32" else None,
                 "isa": bench.get("isa"),
-                "revision": bench.get("revision"),
-                "command": bench.get("command"),
             }
         )
     return out
+
+
+def run_details(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each record of :func:`bench_runs` also needs to be read honestly, kept beside ``runs`` so those
+    records have exactly the issue's keys: the share of plain AR steps, the code revision and the command."""
+    return [
+        {
+            "method": name,
+            "dataset": bench["dataset"],
+            "engine": "eager" if name.startswith("hf_") else bench.get("engine", "eager"),
+            "ar_step_share": m.get("ar_step_share"),
+            "revision": bench.get("revision"),
+            "command": bench.get("command"),
+        }
+        for name, m in bench["methods"].items()
+    ]
 
 
 def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: int) -> dict[str, Any]:
@@ -148,7 +161,8 @@ def main() -> None:
     )
     ar, ll_curves = llamacpp_rows(lines)
     curves = json.loads(Path(a.curves).read_text())
-    runs = [r for f in a.bench for r in bench_runs(json.loads(Path(f).read_text()), ar)]
+    benches = [json.loads(Path(f).read_text()) for f in a.bench]
+    runs = [r for b in benches for r in bench_runs(b, ar)]
     for kind, tps in ar.items():
         dtype, weights = LLAMA_TYPES.get(kind, (kind, kind))
         runs.append(
@@ -169,6 +183,7 @@ def main() -> None:
         )
     out = {
         "runs": runs,
+        "run_details": [d for b in benches for d in run_details(b)],
         "cost_curves": {**curves["cost_curves"], **{f"llamacpp_{k}": v for k, v in ll_curves.items()}},
         "startup_s": {
             **curves["startup_s"],
