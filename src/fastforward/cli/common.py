@@ -155,7 +155,8 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
 
     inductor_cache(str(cache_root()))
     capacity = 1 << (512 + max_new_tokens + BUCKETS[-1] - 1).bit_length()
-    compile_forward(target.model, capacity)
+    cuda = next(target.model.parameters()).is_cuda  # GPU: CUDA graphs (cuBLAS needs no GEMM autotuning)
+    compile_forward(target.model, capacity, mode="reduce-overhead" if cuda else "max-autotune")
     log(
         f"--compile on: decoding forwards compiled per width bucket on first use (fixed cache of {capacity} slots)"
     )

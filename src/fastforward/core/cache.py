@@ -155,6 +155,11 @@ class FixedLayer(SlotLayer):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states[:, :, :0], value_states[:, :, :0])  # exactly capacity slots
+        if self.keys.is_cuda:  # CUDA graphs replay over fixed addresses: the buffers must never be copied in
+            import torch._dynamo
+
+            torch._dynamo.mark_static_address(self.keys)
+            torch._dynamo.mark_static_address(self.values)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object

@@ -67,7 +67,9 @@ class CompiledForward:
     """The target model's compiled forward and the fixed cache its graphs were traced over.
 
     ``mode`` is torch.compile's (``max-autotune`` picks inductor's GEMM templates, which is where the CPU
-    speed comes from; ``None`` is the quick default used by tests on tiny models). Holding the cache is
+    speed comes from; ``reduce-overhead`` records one CUDA graph per bucket, which is what a GPU needs, since
+    there a small model's step is kernel launches; ``None`` is the quick default used by tests on tiny
+    models). Holding the cache is
     exclusive (:meth:`acquire`/:meth:`release`): one request at a time decodes through the graphs."""
 
     def __init__(
@@ -92,6 +94,7 @@ class CompiledForward:
         self.failed: str | None = None  # why compiling failed (then every forward runs eagerly)
         self._seen: set[tuple[int, bool]] = set()
         self._lock = threading.Lock()
+        self.graphs = mode == "reduce-overhead"  # CUDA graphs per bucket
         self._fn: Callable[..., Any] = torch.compile(self._forward, dynamic=False, mode=mode)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
@@ -120,9 +123,11 @@ class CompiledForward:
                     f"--compile: compiling the {key[0]}-token forward{' (with hidden states)' * hidden} (first use)"
                 )
             try:
-                out = self._fn(ids, pos, mask, hidden)
+                logits, states = self._fn(ids, pos, mask, hidden)
                 self.used.add(int(ids.shape[1]))
-                return out
+                if self.graphs:  # a CUDA graph's outputs are overwritten by its next replay: keep copies
+                    logits, states = logits.clone(), None if states is None else states.clone()
+                return logits, states
             except Exception as e:  # noqa: BLE001 - any compiler failure: say it once, decode eagerly
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 self.failed = f"{type(e).__name__}: {first[:160]}"
