@@ -37,6 +37,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("top-k-negative", ["bench", "--top-k", "-1"], "--top-k must be >= 0"),
     ("dtype-unknown", ["generate", "--dtype", "int8", HI], "invalid choice: 'int8'"),
     ("path-unknown", ["generate", "--path", "foo", HI], "invalid choice: 'foo'"),
+    ("weights-unknown", ["generate", "--weights", "int2", HI], "invalid choice: 'int2'"),
+    ("weights-with-path", ["bench", "--weights", "int8", "--path", "prepacked"], "takes no kernel path"),
+    (
+        "weights-with-fp32-head",
+        ["generate", "--weights", "int4", "--fp32-logits", HI],
+        "leave out --fp32-logits",
+    ),
     ("methods-empty", ["bench", "--methods", ","], "--methods is empty"),
     ("batch-size-negative", ["bench", "--batch-size", "-1"], "--batch-size must be >= 1"),
     ("token-budget-alone", ["bench", "--token-budget", "100"], "--token-budget needs --batch-size"),

@@ -60,8 +60,10 @@ def _lossless(value: bool | None, name: str) -> str:
 
 def markdown_table(result: dict[str, Any]) -> str:
     dtype = result["dtype"]
+    weights = result.get("weights", "full")
+    quantized = "" if weights == "full" else f", {weights} weights"
     lines = [
-        f"**{result['model']}**, {dtype}/{result.get('path', 'default')}, {result['dataset']}, max_new_tokens {result['max_new_tokens']} "
+        f"**{result['model']}**, {dtype}/{result.get('path', 'default')}{quantized}, {result['dataset']}, max_new_tokens {result['max_new_tokens']} "
         f"— {result['hardware']}",
         "",
         f"| method | tokens/s | speedup vs AR | mean accepted tokens/forward | parallel steps "

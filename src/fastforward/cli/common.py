@@ -64,6 +64,15 @@ def add_model_args(
             "for later runs); responses say whether a request ran compiled or eager and why",
         )
         p.add_argument(
+            "--weights",
+            default="full",
+            choices=["full", "int8", "int4"],
+            help="target weights: full = as loaded in --dtype; int8 (per channel) or int4 (per group of 32-256 "
+            "inputs) = every linear layer, LM head included, through torch's weight-only CPU kernels (bf16 "
+            "activations inside them): a smaller model whose own greedy AR is the reference the lossless "
+            "methods match; CPU only, kernel path default",
+        )
+        p.add_argument(
             "--fp32-logits",
             action="store_true",
             help="compute the LM head in float32 on a bf16/fp16 model: near-tied top-1/top-2 logits keep "
@@ -124,6 +133,10 @@ def resolve_path(args: argparse.Namespace) -> None:
     run (:func:`fastforward.bench.costs.auto_config`), printed once with why."""
     if getattr(args, "path", None) != "auto":
         return
+    if getattr(args, "weights", "full") != "full":  # the quantized kernels replace every kernel path
+        args.path = "default"
+        log(f"--path auto: default (--weights {args.weights} runs torch's {args.weights} kernels)")
+        return
     from fastforward.bench.costs import auto_config
 
     pick = auto_config(args.model, args.dtype, "auto", forward_width(args), getattr(args, "device", "cpu"))
@@ -137,7 +150,8 @@ def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | No
     resolve_path(args)
     dtype = resolve_dtype(args)
     logits32 = getattr(args, "fp32_logits", False)
-    target = load_model(args.model, dtype, args.device, args.threads, args.path, logits32)
+    weights = getattr(args, "weights", "full")
+    target = load_model(args.model, dtype, args.device, args.threads, args.path, logits32, weights)
     draft = (
         load_model(args.draft, dtype, args.device, path=args.path) if getattr(args, "draft", None) else None
     )

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 from fastforward.errors import FastForwardError
 from fastforward.models.registry import REGISTRY
+from fastforward.models.weights import weights_error
 
 # dtype names (models.loading.DTYPES holds the torch dtypes; a test keeps the two equal), plus auto.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -158,6 +159,15 @@ def check_args(args: argparse.Namespace) -> None:
                 )
     if isinstance(values.get("device"), str):
         check_device(values["device"])
+    if isinstance(values.get("weights"), str):
+        problem = weights_error(
+            values["weights"],
+            str(values.get("path", "default")),
+            str(values.get("device", "cpu")),
+            bool(values.get("fp32_logits")),
+        )
+        if problem:
+            raise FastForwardError(problem)
     for dest in MODEL_DESTS:
         refs = values.get(dest)
         for ref in refs if isinstance(refs, list) else [refs]:

@@ -39,6 +39,7 @@ from fastforward.models.cache import (  # noqa: F401 - re-exported: callers impo
 )
 from fastforward.models.kernels import check_path, fp32_logits, prepare
 from fastforward.models.registry import REGISTRY, ModelSpec
+from fastforward.models.weights import WEIGHTS, weights_error
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -50,6 +51,7 @@ class LoadedModel:
     model: torch.nn.Module
     tokenizer: object  # a transformers tokenizer
     dtype: str
+    weights: str = "full"  # full (the dtype's own weights) | int8 | int4 (weight-only, models.quantize)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -295,15 +297,22 @@ def load_model(
     threads: int | None = None,
     path: str = "default",
     logits32: bool = False,
+    weights: str = "full",
 ) -> LoadedModel:
     """Load a model for inference. ``ref``: registry name, HF directory or .gguf file; ``path``: the kernel
     path of its linear layers (:mod:`fastforward.models.kernels`); ``logits32``: compute the LM head in float32
-    on a reduced-precision model (:func:`fastforward.models.kernels.fp32_logits`)."""
+    on a reduced-precision model (:func:`fastforward.models.kernels.fp32_logits`); ``weights``: ``int8`` or
+    ``int4`` replaces every linear layer (LM head included) by torch's weight-only CPU kernels
+    (:func:`fastforward.models.quantize.quantized_copy`): a different, smaller model whose own greedy AR is
+    then the reference every lossless method must match."""
     # here, not at the top: the Auto classes add ~0.6 s (python -X importtime) to every CLI start-up
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
         raise FastForwardError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
+    problem = weights_error(weights, path, device, logits32)
+    if problem:
+        raise FastForwardError(problem)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise FastForwardError("device 'cuda' requested but no CUDA GPU is available")
     if threads:
@@ -320,7 +329,19 @@ def load_model(
         raise FastForwardError(f"could not load model from {path}: {type(e).__name__}: {e}") from None
     model = model.to(device).eval()
     model.requires_grad_(False)
+    if weights != "full":
+        from fastforward.models.quantize import quantized_copy
+
+        quantized = quantized_copy(model, WEIGHTS[weights])
+        quantized.generation_config = model.generation_config  # the loaded EOS ids, not the config's defaults
+        quantized.requires_grad_(False)
+        quantized.fastforward_weights = weights  # read by result files, like fastforward_path
+        model = quantized
     prepare(model, kernel_path)
     if logits32:
         fp32_logits(model)
-    return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype)
+    return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype, weights=weights)
+
+
+def weights_of(model: torch.nn.Module) -> str:
+    return getattr(model, "fastforward_weights", "full")

@@ -168,15 +168,15 @@ def quantized_copy(
     re-tied). Anything left on ``meta`` afterwards is a one-line error.
     """
     if bits not in BITS:
-        raise FastForwardError(f"quantized draft: bits must be one of {_join(BITS)}, got {bits}")
+        raise FastForwardError(f"weight-only quantization: bits must be one of {_join(BITS)}, got {bits}")
     if group_size not in INT4_GROUP_SIZES:
         raise FastForwardError(
-            f"quantized draft: group_size must be one of {_join(INT4_GROUP_SIZES)}, got {group_size}"
+            f"weight-only quantization: group_size must be one of {_join(INT4_GROUP_SIZES)}, got {group_size}"
         )
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not linears:
         raise FastForwardError(
-            f"quantized draft: {type(model).__name__} has no nn.Linear to quantize "
+            f"weight-only quantization: {type(model).__name__} has no nn.Linear to quantize "
             "(quantize the model as loaded, before another kernel path replaces its layers)"
         )
     for m in linears:
@@ -187,7 +187,7 @@ def quantized_copy(
     left = [n for n, t in _tensors(shell) if t.is_meta]
     if left:
         raise FastForwardError(
-            f"quantized draft: {type(model).__name__} has parts this copy does not share: "
+            f"weight-only quantization: {type(model).__name__} has parts this copy does not share: "
             + ", ".join(left[:3])
         )
     return shell.eval()
@@ -196,7 +196,7 @@ def quantized_copy(
 def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dtype: torch.dtype) -> None:
     if type(src) is not type(dst):
         raise FastForwardError(
-            f"quantized draft: the copy's {type(dst).__name__} does not mirror "
+            f"weight-only quantization: the copy's {type(dst).__name__} does not mirror "
             f"the target's {type(src).__name__}"
         )
     dst._parameters = dict(src._parameters)  # the target's tensors, not copies
@@ -210,7 +210,7 @@ def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dt
         else:
             new = dst._modules.get(name)
             if new is None:
-                raise FastForwardError(f"quantized draft: the copy of {type(src).__name__} has no '{name}'")
+                raise FastForwardError(f"weight-only quantization: the copy of {type(src).__name__} has no '{name}'")
             _fill(child, new, bits, group_size, compute_dtype)
         dst._modules[name] = new
 

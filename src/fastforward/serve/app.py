@@ -195,6 +195,7 @@ class Reply:
             "method": self.method,
             "dtype": target.dtype,
             "path": getattr(target.model, "fastforward_path", "default"),
+            "weights": getattr(target.model, "fastforward_weights", "full"),
             "target_forwards": forwards,
             # decode forwards that fed the last token alone (AR fallback) vs guesses too; None when a stop
             # string cut the generation (only its steps are known, not their widths)
@@ -291,6 +292,7 @@ def create_app(
                 "context_length": engine.context_length,
                 "dtype": engine.target.dtype,
                 "path": getattr(engine.target.model, "fastforward_path", "default"),
+                "weights": getattr(engine.target.model, "fastforward_weights", "full"),
             },
         }
         return {"object": "list", "data": [card]}

@@ -1,0 +1,30 @@
+"""``--weights``: which weights the target runs with, and what each choice excludes. Torch-free, so the CLI
+checks a conflicting command line before anything heavy is imported (:mod:`fastforward.cli.validate`), and
+:func:`fastforward.models.loading.load_model` applies the same rule for library callers."""
+
+from __future__ import annotations
+
+# the bits of each choice: full = the weights as loaded in the run's dtype; int8 / int4 = every linear layer
+# (LM head included) through torch's weight-only CPU kernels (:mod:`fastforward.models.quantize`)
+WEIGHTS = {"full": 0, "int8": 8, "int4": 4}
+
+
+def weights_error(weights: str, path: str, device: str, logits32: bool) -> str | None:
+    """Why ``weights`` cannot run with this kernel path, device and LM-head choice (None when it can).
+
+    int8/int4 replace the linear layers by their own kernels, so they take no other kernel path; the
+    kernels are CPU ones; and the LM head is quantized with the rest, so a float32 head is a contradiction."""
+    if weights not in WEIGHTS:
+        return f"unknown --weights '{weights}'; choose one of {', '.join(WEIGHTS)}"
+    if weights == "full":
+        return None
+    if path not in ("default", "auto"):
+        return (
+            f"--weights {weights} replaces the linear layers by torch's {weights} kernels, so it takes no "
+            f"kernel path: use --path default or auto, not {path}"
+        )
+    if not device.startswith("cpu"):
+        return f"--weights {weights} runs torch's CPU kernels; on {device} use --weights full"
+    if logits32:
+        return f"--weights {weights} quantizes the LM head too; leave out --fp32-logits"
+    return None
