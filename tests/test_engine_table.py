@@ -47,3 +47,12 @@ def test_run_details_keep_the_ar_step_share_and_provenance() -> None:
     details = {d["method"]: d for d in run_details(BENCH)}
     assert details["pld"]["ar_step_share"] == 0.8
     assert details["pld"]["revision"] == "abc" and details["hf_generate"]["engine"] == "eager"
+
+
+def test_quantized_weights_are_compared_with_llamacpp_at_their_own_precision() -> None:
+    ar, _ = llamacpp_rows(LLAMA)
+    runs = {r["method"]: r for r in bench_runs({**BENCH, "weights": "int8"}, ar)}
+    assert runs["ar"]["weights"] == "int8"
+    assert runs["ar"]["ratio_vs_llamacpp_ar_same_precision"] == round(30.0 / 70.0, 3)  # Q8_0, not F32
+    int4 = bench_runs({**BENCH, "weights": "int4"}, ar)
+    assert all(r["ratio_vs_llamacpp_ar_same_precision"] is None for r in int4)  # no Q4_1 row measured

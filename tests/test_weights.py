@@ -1,23 +1,31 @@
-"""``--weights int8|int4``: the target itself runs through torch's weight-only CPU kernels. That is a
-different (smaller, rounded) model, so the reference is its own greedy AR: every lossless method must give
-exactly those tokens, eagerly and through the compiled forwards, on tiny models and on real SmolLM2 prompts
-in fp32. What the choice excludes (another kernel path, a GPU, a float32 head) is a one-line error."""
+"""``--weights int8|int4``: the target itself runs through torch's weight-only CPU kernels, a different
+(smaller, rounded) model whose reference is its own greedy AR.
+
+What holds, and is tested: each kernel gives a row the same bits whatever rows share the call; our AR on a
+quantized SmolLM2 equals that model's own ``generate()``; the compiled forward decodes what the eager one
+does; the files and tables say which weights ran; what the choice excludes (another kernel path, a GPU, a
+float32 head) is a one-line error. What does not hold: multi-token methods are not token-for-token equal to
+the quantized AR. The kernels take bf16 activations, so the last-bit differences between a k-token and a
+1-token attention can round to a different bf16 input of the next layer (measured on SmolLM2: the first
+difference is layer 1's o_proj, 0.016; logits up to 0.25 apart), and pld matched AR on 2 of 6 MT-bench
+generations of 128 tokens. So the tables label such runs bf16-class (``bench.report.QUANT_NOTE``)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from fastforward.bench.report import QUANT_NOTE, markdown_table
 from fastforward.core.engine import compile_forward
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model, weights_of
-from fastforward.models.quantize import layer_kinds, quantized_copy
+from fastforward.models.quantize import layer_kinds, quantize_linear, quantized_copy
 from fastforward.models.weights import weights_error
 
 from .conftest import greedy_ar, greedy_config, make_tiny
 
-PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3  # repetitive: pld and lookahead find guesses
-METHODS = ["pld", "lookahead", "jacobi"]
+PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3  # repetitive: pld finds guesses
 
 
 def _quantized_tiny(bits: int) -> LoadedModel:
@@ -27,11 +35,15 @@ def _quantized_tiny(bits: int) -> LoadedModel:
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_methods_on_a_quantized_target_equal_its_own_greedy_ar(bits) -> None:
-    lm = _quantized_tiny(bits)
-    ref = greedy_ar(lm.model, PROMPT, 40)
-    for method in METHODS:
-        assert build_decoder(method, lm).generate(PROMPT, greedy_config(40)).tokens == ref, method
+def test_each_row_gets_the_same_bits_whatever_rows_share_the_kernel(bits) -> None:
+    """The property that leaves attention as the only width-dependent part of a quantized forward."""
+    torch.manual_seed(0)
+    layer = quantize_linear(torch.nn.Linear(256, 128), bits, 64, torch.bfloat16)
+    x = torch.randn(8, 256)
+    with torch.inference_mode():
+        together = layer(x)
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(8)])
+    assert torch.equal(together, alone)
 
 
 def test_a_quantized_target_compiles_to_the_same_tokens() -> None:
@@ -77,11 +89,28 @@ def test_load_model_quantizes_every_linear_and_keeps_the_eos_ids(smollm2_int8, s
     assert smollm2_int8.eos_token_ids == smollm2.eos_token_ids
 
 
-@pytest.mark.parametrize("method", ["pld", "lookahead"])
-def test_int8_smollm2_methods_equal_its_own_greedy_ar_on_real_prompts(
-    smollm2_int8, real_prompts, method
-) -> None:
-    for prompt in real_prompts[::8]:  # one GSM8K held-out, one MT-bench, one HumanEval prompt
-        ref = greedy_ar(smollm2_int8.model, prompt, 32)
-        out = build_decoder(method, smollm2_int8).generate(prompt, greedy_config(32))
-        assert out.tokens == ref
+def test_our_ar_on_int8_smollm2_equals_its_own_generate(smollm2_int8, real_prompts) -> None:
+    for prompt in (real_prompts[0], real_prompts[8]):  # a GSM8K held-out and an MT-bench prompt
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            hf = smollm2_int8.model.generate(
+                ids, max_new_tokens=32, do_sample=False, eos_token_id=list(smollm2_int8.eos_token_ids)
+            )
+        assert (
+            greedy_ar(smollm2_int8.model, prompt, 32, smollm2_int8.eos_token_ids)
+            == hf[0, len(prompt) :].tolist()
+        )
+
+
+def test_a_quantized_bench_table_says_its_agreement_is_bf16_class() -> None:
+    method = {
+        "tokens_per_s": 30.0, "speedup_vs_ar": 1.0, "mean_accepted_tokens": 1.3, "identical_to_ar": 0.5,
+        "samples": 2, "lossless": True, "ar_step_share": 0.2,
+    }  # fmt: skip
+    result = {
+        "model": "m", "dtype": "float32", "weights": "int8", "dataset": "mtbench", "max_new_tokens": 8,
+        "hardware": "cpu", "methods": {"ar": {**method, "identical_to_ar": 1.0}, "pld": method},
+    }  # fmt: skip
+    table = markdown_table(result)
+    assert "int8 weights" in table and "bf16-class" in table and "must reach 100%" not in table
+    assert QUANT_NOTE.format(weights="int8") in table

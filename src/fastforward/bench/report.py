@@ -24,6 +24,13 @@ FP32_NOTE = (
     "must reach 100%; less is a bug."
 )
 
+QUANT_NOTE = (
+    "Same tokens as AR: share of generations equal to the {weights} model's own greedy AR token for token. "
+    "Not an exactness check: torch's fast {weights} CPU kernels take bfloat16 activations, so every linear "
+    "layer rounds its input to bfloat16; a k-token forward's attention differs from a 1-token one's in the "
+    "last float32 bits, that rounding can turn it into a visible difference, and near-tied logits flip, as in "
+    "a bfloat16 run. Lossless methods are exact in float32 with --weights full."
+)
 
 MOSTLY_AR = 0.5  # a method whose decode forwards were at least this share plain AR steps gets the mark
 AR_LIKE = ("ar", "hf_generate")
@@ -52,10 +59,11 @@ def _fmt(x: Any, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def _lossless(value: bool | None, name: str) -> str:
+def _lossless(value: bool | None, name: str, quantized: bool = False) -> str:
     if name == "ar":
         return "reference"
-    return {True: "yes (exact in fp32 tests)", False: "**no (lossy)**", None: "-"}[value]
+    yes = "yes with full weights (bf16-class here)" if quantized else "yes (exact in fp32 tests)"
+    return {True: yes, False: "**no (lossy)**", None: "-"}[value]
 
 
 def markdown_table(result: dict[str, Any]) -> str:
@@ -67,7 +75,7 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"— {result['hardware']}",
         "",
         f"| method | tokens/s | speedup vs AR | mean accepted tokens/forward | parallel steps "
-        f"| same tokens as AR ({dtype}) | samples | lossless |",
+        f"| same tokens as AR ({dtype}{quantized}) | samples | lossless |",
         "|---|---:|---:|---:|---:|---:|---:|:--:|",
     ]
     marked = []
@@ -79,13 +87,17 @@ def markdown_table(result: dict[str, Any]) -> str:
             marked.append(f"{name} {m['ar_step_share']:.0%} AR")
         lines.append(
             f"| {label} | {m['tokens_per_s']:.1f} | {m['speedup_vs_ar']:.2f}x | {_fmt(m['mean_accepted_tokens'], '.2f')} "
-            f"| {parallel_cell(m, name)} | {same} | {m['samples']} | {_lossless(m.get('lossless'), name)} |"
+            f"| {parallel_cell(m, name)} | {same} | {m['samples']} | {_lossless(m.get('lossless'), name, weights != 'full')} |"
         )
     if marked:
         lines += ["", MOSTLY_AR_NOTE.format(which=", ".join(marked))]
     if "ar_vs_hf_generate" in result:
         lines += ["", f"AR baseline / transformers generate(): {result['ar_vs_hf_generate']:.2f}x"]
     sampled = all(m["identical_to_ar"] is None for m in result["methods"].values())
-    if not sampled:
+    if sampled:
+        pass
+    elif weights != "full":
+        lines += ["", QUANT_NOTE.format(weights=weights)]
+    else:
         lines += ["", FP32_NOTE if dtype == "float32" else BF16_NOTE.format(dtype=dtype)]
     return "\n".join(lines)

@@ -68,9 +68,9 @@ def add_model_args(
             default="full",
             choices=["full", "int8", "int4"],
             help="target weights: full = as loaded in --dtype; int8 (per channel) or int4 (per group of 32-256 "
-            "inputs) = every linear layer, LM head included, through torch's weight-only CPU kernels (bf16 "
-            "activations inside them): a smaller model whose own greedy AR is the reference the lossless "
-            "methods match; CPU only, kernel path default",
+            "inputs) = every linear layer, LM head included, through torch's weight-only CPU kernels: a smaller "
+            "model. Those kernels take bf16 activations, so methods agree with its greedy AR as in a bf16 run "
+            "(near-ties flip), not token for token; CPU only, kernel path default",
         )
         p.add_argument(
             "--fp32-logits",
