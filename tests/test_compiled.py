@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastforward.core.compiled import BUCKETS, bucket, compiled
+from fastforward.core.compiled import BUCKETS, bucket, compiled, tier, tiers
 from fastforward.core.engine import Block, ModelEngine, compile_forward
 from fastforward.decoders.registry import build_decoder
 from tests.conftest import greedy_config, make_tiny
@@ -33,6 +33,25 @@ def pair():
 def test_buckets() -> None:
     assert [bucket(k) for k in (1, 2, 3, 5, 8, 9, 32)] == [1, 2, 4, 8, 8, 16, 32]
     assert bucket(BUCKETS[-1] + 1) is None
+
+
+def test_cache_tiers() -> None:
+    assert tiers(256) == (256,) and tiers(512) == (512,) and tiers(2048) == (512, 1024, 2048)
+    assert tiers(1536) == (512, 1024, 1536)
+    assert [tier(2048, n) for n in (1, 512, 513, 2048)] == [512, 512, 1024, 2048] and tier(2048, 2049) is None
+
+
+def test_each_request_takes_the_smallest_fixed_cache_that_holds_it(monkeypatch) -> None:
+    """Short and long requests on one compiled forward: each in its own tier, both tokens eager AR's."""
+    import fastforward.core.compiled as compiled_module
+
+    monkeypatch.setattr(compiled_module, "SMALLEST_TIER", 128)  # the tiny model's context is 512
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=512, mode=None)
+    for n, size in ((40, 128), (300, 512)):  # 33 + 40 + 32 slots fit 128; 33 + 300 + 32 need 512
+        out = build_decoder("ar", fast).generate(PROMPT, greedy_config(n))
+        assert out.tokens == build_decoder("ar", eager).generate(PROMPT, greedy_config(n)).tokens
+        assert out.stats.extras["forward"] == "compiled" and runner.cache.capacity == size
 
 
 @pytest.mark.parametrize(
@@ -100,8 +119,8 @@ def test_outgrowing_the_fixed_cache_mid_request_moves_the_rows_and_goes_on_eager
 
 def test_request_larger_than_the_fixed_cache_runs_eagerly(pair) -> None:
     eager, fast = pair
-    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(100)).tokens
-    out = build_decoder("pld", fast).generate(PROMPT, greedy_config(100))
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(240)).tokens  # 33 + 240 + 32 > 256
+    out = build_decoder("pld", fast).generate(PROMPT, greedy_config(240))
     assert out.tokens == ref
     assert out.stats.extras["forward"].startswith("eager (needs")
 

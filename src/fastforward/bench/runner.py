@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fastforward import hardware
-from fastforward.core.compiled import compiled
+from fastforward.core.compiled import BUCKETS, compiled, tier, tiers
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.engine import warm_buckets
 from fastforward.core.metrics import DecodeTotals, generation_record
@@ -81,6 +81,25 @@ def turn_entry(record: dict[str, Any], stats: DecodeStats) -> dict[str, Any]:
     return {"record": record, "counters": counters}
 
 
+def cache_sizes(target: LoadedModel, samples: list[Sample], max_new_tokens: int) -> tuple[int, ...]:
+    """The compiled forward's fixed-cache sizes this run's requests can land in: from the shortest first
+    turn to the longest conversation with every earlier answer at full length (so no request compiles a
+    graph while it is being timed)."""
+    runner = compiled(target.model)
+    assert runner is not None
+    tok = target.tokenizer
+    first = [len(render_prompt(tok, [{"role": "user", "content": s.turns[0]}])) for s in samples]
+    whole = []
+    for s in samples:
+        messages: list[dict[str, str]] = []
+        for text in s.turns:
+            messages += [{"role": "user", "content": text}, {"role": "assistant", "content": ""}]
+        whole.append(len(render_prompt(tok, messages[:-1])) + len(s.turns) * max_new_tokens)
+    low = tier(runner.capacity, min(first) + max_new_tokens + BUCKETS[-1]) or runner.capacity
+    high = tier(runner.capacity, max(whole) + BUCKETS[-1]) or runner.capacity
+    return tuple(t for t in tiers(runner.capacity) if low <= t <= high)
+
+
 def run_bench(
     target: LoadedModel,
     decoders: dict[str, Decoder],
@@ -108,8 +127,11 @@ def run_bench(
         # AR feeds one token per step: compiling the wider buckets would only lengthen its start
         ar_only = all(n.split(":")[0] in ONE_TOKEN for n in names)
         which = "the 1-token bucket" if ar_only else "every width bucket"
-        spent = warm_buckets(target.model, (1,)) if ar_only else warm_buckets(target.model)
-        log(f"--compile: warming {which} before timing ({spent:.0f} s)")
+        sizes = cache_sizes(target, samples, config.max_new_tokens)
+        spent = warm_buckets(target.model, (1,) if ar_only else BUCKETS, sizes=sizes)
+        log(
+            f"--compile: warming {which} over {'/'.join(map(str, sizes))} cache slots before timing ({spent:.0f} s)"
+        )
     if warmup and samples and todo:
         ids = render_prompt(tok, [{"role": "user", "content": samples[0].turns[0]}])
         warm = GenerationConfig(

@@ -42,6 +42,28 @@ MODES = ("off", "on", "auto")
 DEFAULT_CAPACITY = 1024
 
 
+SMALLEST_TIER = 512  # fixed caches come in sizes 512, 1024, 2048, ... up to the compiled capacity
+
+
+def tiers(capacity: int) -> tuple[int, ...]:
+    """The fixed-cache sizes a compiled forward offers: doubling from :data:`SMALLEST_TIER` (or ``capacity``
+    itself when smaller) up to ``capacity``.
+
+    Why tiers: a step attends over every slot of its fixed cache, used or not, so its cost grows with the
+    size (SmolLM2 fp32, 2-core AVX2: 22.6 ms per token over 512 slots against 33.4 over 1024 before
+    the shared key/value heads of :func:`gqa_sdpa`); a request takes the smallest that holds it, and each
+    size compiles its graphs on first use, so a run whose requests all fit 512 slots compiles nothing more."""
+    sizes = [min(SMALLEST_TIER, capacity)]
+    while sizes[-1] < capacity:
+        sizes.append(min(2 * sizes[-1], capacity))
+    return tuple(sizes)
+
+
+def tier(capacity: int, need: int) -> int | None:
+    """The fixed-cache size that serves a request needing ``need`` slots (None when none holds it)."""
+    return next((t for t in tiers(capacity) if t >= need), None)
+
+
 def bucket(k: int) -> int | None:
     """The compiled width that serves a forward over ``k`` tokens, or None when it is wider than any."""
     return next((b for b in BUCKETS if b >= k), None)
@@ -136,15 +158,17 @@ class CompiledForward:
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
         inductor_config.autotune_num_choices_displayed = 0  # no per-GEMM autotuning tables on stderr
         inductor_config.max_autotune_report_choices_stats = False
-        # a graph per (bucket, hidden) on one code object: room for every bucket twice and a little more
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(BUCKETS))
+        # a graph per (bucket, hidden, tier) on one code object: room for all of them and a little more
+        graphs = 2 * len(BUCKETS) * len(tiers(capacity)) + 4
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
         self.model, self._step = model, step
         self.shared_kv_heads = share_kv_heads(model)  # before tracing: the graphs use it, eager forwards too
-        self.capacity = capacity
-        self.cache = FixedCache(capacity)
+        self.capacity = capacity  # the largest tier
+        self._caches: dict[int, FixedCache] = {}  # per tier, made on first use, kept for the next request
+        self.cache = self._tier_cache(tiers(capacity)[0])
         self.used: set[int] = set()  # buckets that have run (compiled), for stats and startup reports
         self.failed: str | None = None  # why compiling failed (then every forward runs eagerly)
-        self._seen: set[tuple[int, bool]] = set()
+        self._seen: set[tuple[int, bool, int]] = set()
         self._lock = threading.Lock()
         self.graphs = mode == "reduce-overhead"  # CUDA graphs per bucket
         self._fn: Callable[..., Any] = torch.compile(self._forward, dynamic=False, mode=mode)
@@ -153,10 +177,18 @@ class CompiledForward:
         out = self._step(self.model, ids, pos, mask, self.cache, hidden=hidden)
         return (out.logits, out.hidden_states[-1]) if hidden else (out.logits, None)
 
-    def acquire(self) -> FixedCache | None:
-        """The cache, emptied, if no other request holds it (else None: that request runs eagerly)."""
-        if not self._lock.acquire(blocking=False):
+    def _tier_cache(self, size: int) -> FixedCache:
+        if size not in self._caches:
+            self._caches[size] = FixedCache(size)
+        return self._caches[size]
+
+    def acquire(self, need: int = 0) -> FixedCache | None:
+        """The smallest tier's cache that holds ``need`` slots, emptied, if no other request holds the
+        compiled forward (else None: that request runs eagerly); the graphs then run over it."""
+        size = tier(self.capacity, need)
+        if size is None or not self._lock.acquire(blocking=False):
             return None
+        self.cache = self._tier_cache(size)
         self.cache.advance(0)
         return self.cache
 
@@ -168,11 +200,12 @@ class CompiledForward:
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.failed is None:
-            key = (int(ids.shape[1]), hidden)
+            key = (int(ids.shape[1]), hidden, self.cache.capacity)
             if key not in self._seen:
                 self._seen.add(key)
                 log(
-                    f"--compile: compiling the {key[0]}-token forward{' (with hidden states)' * hidden} (first use)"
+                    f"--compile: compiling the {key[0]}-token forward{' (with hidden states)' * hidden} over "
+                    f"{key[2]} cache slots (first use)"
                 )
             try:
                 logits, states = self._fn(ids, pos, mask, hidden)

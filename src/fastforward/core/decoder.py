@@ -27,9 +27,8 @@ from fastforward.core.engine import ModelEngine
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
-STEP_ROOM = 128  # KV slots kept free past prompt + output for one step's guesses (wider steps grow the cache)
-
 TokenCallback = Callable[[list[int]], None]
+STEP_ROOM = 128  # KV slots kept free past prompt + output for one step's guesses (wider steps grow the cache)
 
 
 @dataclass(frozen=True)
@@ -198,9 +197,9 @@ class Decoder(abc.ABC):
         token."""
         engine = ModelEngine(self.model)
         # room for the prompt, the whole output and one wide step: the cache is never copied to grow
-        capacity = prompt_ids.shape[1] + run.config.max_new_tokens + STEP_ROOM
+        capacity = prompt_ids.shape[1] + run.config.max_new_tokens
         with Timer(run.stats, "prefill_time_s"):
-            out = engine.start(prompt_ids, hidden, capacity)
+            out = engine.start(prompt_ids, hidden, capacity, room=STEP_ROOM)
         run.engine = engine
         return engine, out
 

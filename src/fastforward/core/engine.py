@@ -276,22 +276,24 @@ class ModelEngine:
 
     close = reset
 
-    def start(self, ids: torch.Tensor, hidden: bool = False, capacity: int = 0) -> Any:
-        """Batch 1: forget any rows, prefill ``ids`` [1, T] as the only row, straight into a static cache of
-        ``capacity`` slots (the request's prompt + output + widest step; it doubles if outgrown); the model
-        output (last position). With a compiled forward (:mod:`fastforward.core.compiled`) the row goes into
-        its fixed cache instead, when the request fits and nobody else holds it; :attr:`ran` says which."""
+    def start(self, ids: torch.Tensor, hidden: bool = False, capacity: int = 0, room: int = 0) -> Any:
+        """Batch 1: forget any rows, prefill ``ids`` [1, T] as the only row, straight into a static cache for
+        ``capacity`` kept slots (the request's prompt + output) plus ``room`` for a step's guesses (it doubles
+        if outgrown); the model output (last position). With a compiled forward (:mod:`fastforward.core.compiled`)
+        the row goes into the smallest fixed cache that holds it and the widest bucket instead, when one does
+        and nobody else holds the compiled forward; :attr:`ran` says which."""
         self.reset()
         runner = compiled(self.model)
         if runner is not None:
-            if max(capacity, ids.shape[1] + BUCKETS[-1]) > runner.capacity:
+            need = max(capacity, ids.shape[1]) + BUCKETS[-1]
+            if need > runner.capacity:
                 self.ran = f"eager (needs {capacity} cache slots, compiled for {runner.capacity})"
-            elif (cache := runner.acquire()) is None:
+            elif (cache := runner.acquire(need)) is None:
                 self.ran = "eager (the compiled forward was busy with another request)"
             else:
                 self._runner, self.cache, self.ran = runner, cache, "compiled"
                 return self._fixed_prefill(ids, hidden)
-        self.cache, out = prefill(self.model, ids, hidden, SlotCache(max(capacity, ids.shape[1])))
+        self.cache, out = prefill(self.model, ids, hidden, SlotCache(max(capacity, ids.shape[1]) + room))
         self.lengths = [ids.shape[1]]
         return out
 
@@ -431,20 +433,28 @@ class ModelEngine:
             self.cache = None
 
 
-def warm_buckets(model: torch.nn.Module, widths: Sequence[int] = BUCKETS, hidden: bool = False) -> float:
-    """Compile (or load from inductor's cache) the model's forward for every width in ``widths`` now, so a
-    timed run never pays for a first use; a no-op without a compiled forward. Returns the seconds spent."""
+def warm_buckets(
+    model: torch.nn.Module,
+    widths: Sequence[int] = BUCKETS,
+    hidden: bool = False,
+    sizes: Sequence[int] = (),
+) -> float:
+    """Compile (or load from inductor's cache) the model's forward for every width in ``widths`` over every
+    fixed-cache size in ``sizes`` (default: the smallest) now, so a timed run never pays for a first use; a
+    no-op without a compiled forward. Returns the seconds spent."""
     runner = compiled(model)
     if runner is None:
         return 0.0
     t0 = time.perf_counter()
     engine = ModelEngine(model)
+    ids = torch.zeros(1, 8, dtype=torch.long, device=next(model.parameters()).device)
     with torch.inference_mode():
-        engine.start(torch.zeros(1, 8, dtype=torch.long, device=next(model.parameters()).device), hidden)
-        try:
-            for w in widths:
-                engine.forward([Block.chain([0] * w)], hidden=hidden)
-                engine.truncate(0, 8)
-        finally:
-            engine.close()
+        for size in sizes or (0,):
+            engine.start(ids, hidden, capacity=max(0, size - BUCKETS[-1]))  # lands in the tier of that size
+            try:
+                for w in widths:
+                    engine.forward([Block.chain([0] * w)], hidden=hidden)
+                    engine.truncate(0, 8)
+            finally:
+                engine.close()
     return time.perf_counter() - t0

@@ -210,7 +210,9 @@ def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dt
         else:
             new = dst._modules.get(name)
             if new is None:
-                raise FastForwardError(f"weight-only quantization: the copy of {type(src).__name__} has no '{name}'")
+                raise FastForwardError(
+                    f"weight-only quantization: the copy of {type(src).__name__} has no '{name}'"
+                )
             _fill(child, new, bits, group_size, compute_dtype)
         dst._modules[name] = new
 
