@@ -180,3 +180,16 @@ def test_compiled_smollm2_equals_eager_ar(smollm2, real_prompts) -> None:
         assert runner.failed is None
     finally:
         del smollm2.model.fastforward_compiled
+
+
+def test_compile_auto_compiles_where_it_repays_itself(capsys) -> None:
+    import argparse
+
+    from fastforward.cli.common import compile_choice, compile_pays
+
+    assert compile_pays("cuda:0", "generate")[0] and compile_pays("cpu", "serve")[0]
+    assert not compile_pays("cpu", "generate")[0] and not compile_pays("cpu", "bench")[0]
+    args = argparse.Namespace(compile="auto", device="cpu", command="generate")
+    assert compile_choice(args) == "off" and args.compile == "off"
+    assert "--compile auto: off" in capsys.readouterr().err
+    assert compile_choice(argparse.Namespace(compile="on", device="cpu", command="generate")) == "on"
