@@ -189,3 +189,34 @@ def test_decoding_forwards_go_through_the_engine() -> None:
     assert callers - {"core/engine.py"} <= FORWARD_ALLOWED, sorted(
         callers - {"core/engine.py"} - FORWARD_ALLOWED
     )
+
+
+# One module (or package) per decoding method. docs/architecture.md: "methods never import each other"; what
+# two methods share lives in a shared module (decoders.ngram, decoders.speculative_checks) or below, in core.
+METHOD_MODULES = (
+    "fastforward.decoders.ar",
+    "fastforward.decoders.jacobi",
+    "fastforward.decoders.lookahead",
+    "fastforward.decoders.chimera",
+    "fastforward.decoders.speculative",
+    "fastforward.decoders.hf_generate",
+)
+# Modules that compose methods rather than being one: the registry builds them, `auto` times them, and
+# `batched` is the second, batched copy of every method that issue 31 (one engine) replaces.
+COMPOSERS = ("fastforward.decoders.registry", "fastforward.decoders.auto", "fastforward.decoders.batched")
+
+
+def _method_of(module: str) -> str | None:
+    return next((m for m in METHOD_MODULES if module == m or module.startswith(m + ".")), None)
+
+
+def test_method_modules_do_not_import_each_other(modules: dict[str, Path]) -> None:
+    assert all(any(name == m or name.startswith(m + ".") for name in modules) for m in METHOD_MODULES)
+    violations = [
+        f"{imp.importer} imports {imp.target}, {modules[imp.importer].relative_to(REPO_ROOT)}:{imp.line}"
+        for imp in collect_imports(modules)
+        if imp.importer not in COMPOSERS
+        and _method_of(imp.importer) is not None
+        and _method_of(imp.target) not in (None, _method_of(imp.importer))
+    ]
+    assert not violations, "method modules import each other:\n" + "\n".join(violations)

@@ -10,8 +10,8 @@ import torch
 
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.decoders.ar import ARDecoder
+from fastforward.decoders.ngram import find_ngram_continuation
 from fastforward.decoders.registry import build_decoder
-from fastforward.decoders.speculative.drafters import find_ngram_continuation
 from fastforward.decoders.speculative.engine import CostTracker, best_gamma, expected_tokens
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model
@@ -266,7 +266,7 @@ def test_incremental_ngram_index_equals_the_full_scan():
     """The index prompt lookup keeps as the sequence grows answers exactly like scanning it every step."""
     import random
 
-    from fastforward.decoders.speculative.drafters import NGramIndex
+    from fastforward.decoders.ngram import NGramIndex
 
     rng = random.Random(0)
     for trial in range(40):

@@ -50,7 +50,7 @@ class LookupProposer(Proposer):
     name = "pld"
 
     def __init__(self, gamma: int, ngram_max: int, ngram_min: int) -> None:
-        from fastforward.decoders.speculative.drafters import NGramIndex
+        from fastforward.decoders.ngram import NGramIndex
 
         self.gamma, self._index = gamma, lambda: NGramIndex(ngram_max, ngram_min)
 

@@ -59,7 +59,7 @@ from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
-from fastforward.decoders.speculative.drafters import NGramIndex, check_ngram_range
+from fastforward.decoders.ngram import NGramIndex, check_ngram_range
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 

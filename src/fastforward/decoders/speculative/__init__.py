@@ -50,12 +50,12 @@ from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight
 from fastforward.data.vocab_corpus import subset_for
+from fastforward.decoders.ngram import check_ngram_range
 from fastforward.decoders.speculative.drafters import (
     CrossTokenizerDrafter,
     LookupFirstDrafter,
     ModelDrafter,
     PromptLookupDrafter,
-    check_ngram_range,
     shallow_view,
 )
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
