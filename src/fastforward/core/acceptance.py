@@ -31,6 +31,11 @@ import torch
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
 
+# The lossy rules' default thresholds, one place for every method that offers them (speculative typical and
+# consultant, Chimera's accept=typical|consultant): Medusa's typical cap, and Consultant Decoding's EMA-NLL bound.
+TYPICAL_EPS = 0.09
+CONSULTANT_EPS = 2.0
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Number of leading positions where ``a`` and ``b`` agree."""
@@ -94,7 +99,11 @@ def typical_threshold(probs: torch.Tensor, eps: float, alpha: float) -> torch.Te
 
 
 def accept_tree_typical(
-    tokens: Sequence[int], parents: Sequence[int], probs: torch.Tensor, eps: float = 0.09, alpha: float = 0.3
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    probs: torch.Tensor,
+    eps: float = TYPICAL_EPS,
+    alpha: float = 0.3,
 ) -> list[int]:
     """Typical acceptance over a tree (LOSSY): node i is ok when p_parent(token_i) > the typical threshold of
     p_parent. probs: [N + 1, V] the target's distribution at every node (temperature applied by the caller)."""

@@ -47,6 +47,8 @@ from fastforward.chimera.tree import (
     tree_tokens,
 )
 from fastforward.core.acceptance import (
+    CONSULTANT_EPS,
+    TYPICAL_EPS,
     accept_tree,
     accept_tree_consultant,
     accept_tree_sampled,
@@ -239,10 +241,10 @@ class ChimeraDecoder(Decoder):
         elif opts.accept == "typical":
             temp = sampling.temperature if sampling.temperature > 0 else 1.0
             probs = torch.softmax(logits.float() / temp, -1)
-            eps = opts.eps if opts.eps is not None else 0.09
+            eps = opts.eps if opts.eps is not None else TYPICAL_EPS
             path = accept_tree_typical(node_tokens, parents, probs, eps, opts.alpha)
         else:
-            eps = opts.eps if opts.eps is not None else 2.0
+            eps = opts.eps if opts.eps is not None else CONSULTANT_EPS
             path = accept_tree_consultant(node_tokens, parents, logits, ema, eps, opts.beta)
         return path, int(select_token(logits[path[-1]], sampling, gen))
 

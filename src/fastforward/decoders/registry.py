@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS
 from fastforward.core.options import parse_options
 from fastforward.errors import FastForwardError
 
@@ -259,9 +260,9 @@ OPTION_HELP: dict[str, dict[str, str]] = {
 # Defaults that depend on the method or the model, shown instead of the dataclass's None.
 DEFAULT_TEXT: dict[str, dict[str, str]] = {
     "speculative": {"gamma_max": "max(12, gamma)", "layers": "half the target's layers"},
-    "speculative:typical": {"eps": "0.09"},
-    "speculative:consultant": {"eps": "2.0"},
-    "chimera": {"eps": "0.09 (typical) / 2.0 (consultant)"},
+    "speculative:typical": {"eps": f"{TYPICAL_EPS}"},
+    "speculative:consultant": {"eps": f"{CONSULTANT_EPS}"},
+    "chimera": {"eps": f"{TYPICAL_EPS} (typical) / {CONSULTANT_EPS} (consultant)"},
 }
 
 

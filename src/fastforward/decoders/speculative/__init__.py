@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight
@@ -143,9 +144,9 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         drafter = LookupFirstDrafter(lookup, drafter)
     verifier: Verifier
     if name == "consultant":
-        verifier = ConsultantVerifier(o.eps if o.eps is not None else 2.0, o.beta)
+        verifier = ConsultantVerifier(o.eps if o.eps is not None else CONSULTANT_EPS, o.beta)
     elif name == "typical":
-        verifier = TypicalVerifier(o.eps if o.eps is not None else 0.09, o.alpha)
+        verifier = TypicalVerifier(o.eps if o.eps is not None else TYPICAL_EPS, o.alpha)
     else:
         verifier = ExactVerifier()
     return SpeculativeDecoder(

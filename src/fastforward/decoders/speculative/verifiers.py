@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.acceptance import accept_chain, typical_threshold
+from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS, accept_chain, typical_threshold
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
 
@@ -95,7 +95,7 @@ def verify_typical(
     target_logits: torch.Tensor,
     cfg: SamplingConfig,
     gen: torch.Generator | None,
-    eps: float = 0.09,
+    eps: float = TYPICAL_EPS,
     alpha: float = 0.3,
 ) -> Verdict:
     """Typical acceptance (Medusa, Cai et al. 2024): LOSSY.
@@ -124,7 +124,7 @@ def verify_consultant(
     cfg: SamplingConfig,
     gen: torch.Generator | None,
     r_prev: float = 0.0,
-    eps: float = 2.0,
+    eps: float = CONSULTANT_EPS,
     beta: float = 0.2,
 ) -> ConsultantVerdict:
     """Consultant Decoding (Lin et al., ACL 2025, arXiv 2506.02391): LOSSY.
