@@ -63,7 +63,8 @@ def test_bench_gets_a_llamacpp_row_timed_by_llamacpp(tmp_path: Path, capsys) -> 
     ]  # fmt: skip
     assert main(argv) == 0
     row = json.loads(out.read_text())["methods"]["llamacpp"]
-    assert row["tokens_per_s"] == pytest.approx(6 / 0.4)  # its own prompt eval + eval time, not the process
+    # the prompt eval's token and 6 eval runs over its own prompt eval + eval time, not the process's
+    assert row["tokens_per_s"] == pytest.approx(7 / 0.4)
     assert row["lossless"] is None and row["ar_step_share"] == 1.0
     table = out.with_suffix(".md").read_text()
     assert "| llamacpp |" in table and "†" not in table.split("| llamacpp |")[1].split("\n")[0]

@@ -66,7 +66,8 @@ def gguf_file(folder: Path, kind: str, shipped: Path | None) -> Path:
 
 
 def parse_times(stderr: str) -> tuple[float, int]:
-    """From llama-completion's performance lines: (prompt eval + eval seconds, generated tokens)."""
+    """From llama-completion's performance lines: (prompt eval + eval seconds, eval runs: the tokens generated
+    after the first, which the prompt eval gives)."""
     seconds, runs, seen = 0.0, 0, set()
     for kind, ms, count in _TIME.findall(stderr):
         seen.add(kind)
@@ -81,8 +82,9 @@ def parse_times(stderr: str) -> tuple[float, int]:
 @dataclass
 class LlamaCppReference:
     """Quacks like a decoder for :func:`fastforward.bench.runner.run_bench`: ``generate(ids, config)`` runs
-    llama.cpp on the decoded prompt and returns its tokens (re-tokenized by our tokenizer, so the table's
-    agreement column compares text, not ids) and stats with llama.cpp's own timing."""
+    llama.cpp on the decoded prompt and returns its answer re-tokenized by our tokenizer (so the table's
+    agreement column is a lower bound: the same text can tokenize differently from the ids llama.cpp chose)
+    and stats with llama.cpp's own timing."""
 
     exe: Path
     gguf: Path
@@ -117,8 +119,11 @@ class LlamaCppReference:
         seconds, runs = parse_times(done.stderr)
         answer = done.stdout.replace("[end of text]", "").strip("\n")
         tokens = self.tokenizer.encode(answer, add_special_tokens=False)[: config.max_new_tokens]
-        stats = DecodeStats(method=NAME, prompt_tokens=len(prompt_ids), new_tokens=runs, wall_time_s=seconds)
-        for _ in range(runs):  # one token per forward: its first is the prefill's, as in our rows
+        # the prompt eval gives the first token and each of the ``runs`` evals one more (the last may be EOS,
+        # which our rows count too)
+        new = runs + 1
+        stats = DecodeStats(method=NAME, prompt_tokens=len(prompt_ids), new_tokens=new, wall_time_s=seconds)
+        for _ in range(new):  # one token per forward: its first is the prefill's, as in our rows
             stats.record_step(1)
         stats.extras["process_s"] = round(wall, 3)  # with llama.cpp's model load, for reference
         return GenerationResult(tokens=tokens, stats=stats)
