@@ -46,6 +46,7 @@ def test_each_row_gets_the_same_bits_whatever_rows_share_the_kernel(bits) -> Non
     assert torch.equal(together, alone)
 
 
+@pytest.mark.slow  # 31 s of compiling on a 2-core AVX2 CPU: the suite's time budget
 def test_a_quantized_target_compiles_to_the_same_tokens() -> None:
     eager, fast = _quantized_tiny(8), _quantized_tiny(8)
     compile_forward(fast.model, capacity=256, mode=None)
