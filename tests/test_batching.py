@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fastforward.chimera.train import new_draft
+from fastforward.core.acceptance import EXACT, ConsultantRule, TypicalRule
 from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request
 from fastforward.core.cache import new_cache, slot_rows
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
@@ -19,7 +20,6 @@ from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
-from fastforward.decoders.speculative.verifiers import ExactVerifier
 from fastforward.errors import FastForwardError
 
 from .conftest import HALVES, greedy_ar, greedy_config, make_tiny
@@ -50,13 +50,13 @@ def _decoders(tiny):
     m = tiny.model
     return {
         "ar": ARDecoder(m),
-        "pld": SpeculativeDecoder(m, PromptLookupDrafter(3, 1), ExactVerifier(), SpecConfig(gamma=4), "pld"),
+        "pld": SpeculativeDecoder(m, PromptLookupDrafter(3, 1), EXACT, SpecConfig(gamma=4), "pld"),
         "jacobi": JacobiDecoder(m, JacobiConfig(block_size=5)),
         # the target drafting for itself: every draft accepted, so blocks run into EOS and the cap mid-block
-        "sd-self": SpeculativeDecoder(m, ModelDrafter(m), ExactVerifier(), SpecConfig(gamma=4), "sd"),
+        "sd-self": SpeculativeDecoder(m, ModelDrafter(m), EXACT, SpecConfig(gamma=4), "sd"),
         # another random model: (almost) nothing accepted
         "sd-other": SpeculativeDecoder(
-            m, ModelDrafter(make_tiny(seed=3).model), ExactVerifier(), SpecConfig(gamma=3), "sd"
+            m, ModelDrafter(make_tiny(seed=3).model), EXACT, SpecConfig(gamma=3), "sd"
         ),
         "chimera": ChimeraDecoder(m, new_draft(m), ChimeraOptions()),
     }
@@ -207,6 +207,27 @@ def test_token_budget_and_batch_size_limit_the_running_rows():
         BatchDecoder(tiny.model, ARProposer()).submit(Request([1] * 510, cfg))
     with pytest.raises(FastForwardError, match="batch size"):
         BatchDecoder(tiny.model, ARProposer(), max_batch_size=0)
+
+
+@pytest.mark.parametrize("accept", ["typical", "consultant"])
+def test_lossy_rules_batch_like_batch_one(accept):
+    """Rows are judged by the method's own rule, the one batch 1 uses: at greedy, a lossy method's rows give
+    batch 1's tokens, and Consultant's EMA (state across steps) is each row's own. The thresholds are set so
+    that a random draft is partly accepted (the rule, not AR, decides the tokens)."""
+    tiny = make_tiny()
+    rule = TypicalRule(eps=0.09, alpha=0.3) if accept == "typical" else ConsultantRule(eps=5.8, beta=0.2)
+    other = make_tiny(seed=3).model
+    decoder = SpeculativeDecoder(tiny.model, ModelDrafter(other), rule, SpecConfig(gamma=3), accept)
+    chimera = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(tree="default", accept=accept))
+    cfg = greedy_config(16)
+    ar = _reference(tiny.model, PROMPTS, cfg)
+    for dec in (decoder, chimera):
+        alone = [dec.generate(p, cfg) for p in PROMPTS]
+        got, _, _ = _run(dec, PROMPTS, cfg)
+        assert got == [r.tokens for r in alone], dec.name
+        assert not dec.lossless
+        if dec is decoder:  # the lossy rule kept guesses AR would not have produced
+            assert sum(r.stats.extras["spec_accepted"] for r in alone) > 0 and got != ar
 
 
 def test_methods_without_a_batched_path_say_so():

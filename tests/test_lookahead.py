@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastforward.core.acceptance import accept_tree, chain_parents
+from fastforward.core.acceptance import accept_tree, fan_parents
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.masks import tree_depths, tree_visibility
 from fastforward.decoders.lookahead import (
@@ -49,7 +49,7 @@ def test_pooled_candidates_are_judged_as_chains_from_the_anchor():
     cands = [(5, 6, 9), (5, 6, 7), (8, 1, 1)]
     # the target's chain: after anchor 5, after 5 -> 6, after 6 -> 7, after 7 -> 4
     outs = [[6, 7, 0], [6, 7, 4], [0, 0, 0]]
-    parents = chain_parents([3, 3, 3])
+    parents = fan_parents([3, 3, 3])
     tokens = [0] + [t for c in cands for t in c]
 
     def judge(anchor_next: int, outputs: list[list[int]]) -> list[int]:
@@ -58,7 +58,7 @@ def test_pooled_candidates_are_judged_as_chains_from_the_anchor():
     assert judge(5, outs) == [0, 4, 5, 6]  # candidate 1, all three tokens; bonus = its last output (4)
     assert judge(2, outs) == [0]  # nothing matches: only the target's own token
     assert accept_tree([0], [-1], [3]) == [0]
-    assert accept_tree([0, 5, 6, 9], chain_parents([3]), [5, 6, 8, 0]) == [0, 1, 2]
+    assert accept_tree([0, 5, 6, 9], fan_parents([3]), [5, 6, 8, 0]) == [0, 1, 2]
 
 
 def test_step_layout_is_the_lookahead_tree():

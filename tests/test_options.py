@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastforward.core.acceptance import accept_chain, accept_tree_typical, chain_parents, common_prefix
+from fastforward.core.acceptance import accept_chain, accept_tree_typical, common_prefix, fan_parents
 from fastforward.core.options import build_config, parse_options
 from fastforward.decoders.jacobi import JacobiConfig
 from fastforward.decoders.lookahead import ALIASES, LookaheadConfig
@@ -58,11 +58,11 @@ def test_chain_acceptance_and_typical_trees_on_hand_made_inputs() -> None:
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert accept_chain([4, 5, 6], [4, 5, 7, 9]) == 2
     assert accept_chain([], [3]) == 0
-    assert chain_parents([2, 1]) == [-1, 0, 1, 0]
+    assert fan_parents([2, 1]) == [-1, 0, 1, 0]
     probs = torch.tensor([[0.1, 0.9, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
     # node 1 (token 1) under the root: p = 0.9 accepted; its child (token 2): p = 1.0 accepted; node 3
     # (token 0) under the root: p = 0.1 > threshold min(0.09, 0.3 e^-H) -> accepted but shallower
-    assert accept_tree_typical([0, 1, 2, 0], chain_parents([2, 1]), probs) == [0, 1, 2]
+    assert accept_tree_typical([0, 1, 2, 0], fan_parents([2, 1]), probs) == [0, 1, 2]
     assert accept_tree_typical([0], [-1], probs[:1]) == [0]
 
 

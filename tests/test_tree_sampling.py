@@ -15,16 +15,16 @@ import pytest
 import torch
 
 from fastforward.core.acceptance import (
+    ConsultantRule,
     accept_tree,
     accept_tree_consultant,
     accept_tree_sampled,
-    chain_parents,
     consultant_ema,
+    fan_parents,
     merged_nodes,
 )
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.sampling import processed_probs, sample_from
-from fastforward.decoders.speculative.verifiers import verify_consultant
 
 from .test_sd_sampling_distribution import chi_square_pvalue
 
@@ -122,7 +122,7 @@ def test_the_check_rejects_a_verifier_that_forgets_the_residual() -> None:
 def test_a_sampled_draft_chain_keeps_the_target_distribution() -> None:
     """With draft distributions q (not point masses) the rule is speculative sampling along a chain."""
     cfg = SamplingConfig(temperature=1.0)
-    tokens, parents = [9, 1, 3], chain_parents([2])
+    tokens, parents = [9, 1, 3], fan_parents([2])
     logits = _logits(1, 3)
     q = torch.softmax(_logits(2, 3), -1)
     p = processed_probs(logits, cfg).double()
@@ -152,21 +152,28 @@ def test_greedy_config_reduces_to_greedy_tree_acceptance() -> None:
 def test_merged_nodes_collapse_equal_siblings_and_their_subtrees() -> None:
     assert merged_nodes(TOKENS, PARENTS) == [0, 1, 2, 1, 4, 5, 6, 7]
     # two chains a b c / a b d: the second a and b merge, d stays a child of the merged b
-    tokens, parents = [0, 5, 6, 7, 5, 6, 8], chain_parents([3, 3])
+    tokens, parents = [0, 5, 6, 7, 5, 6, 8], fan_parents([3, 3])
     assert merged_nodes(tokens, parents) == [0, 1, 2, 3, 1, 2, 6]
 
 
 def test_consultant_on_a_chain_matches_the_chain_rule() -> None:
-    """On a chain, the tree rule accepts what :func:`verify_consultant` accepts, and the carried EMA agrees."""
+    """On a chain, the tree rule accepts the prefix the sequential definition accepts (the EMA of the
+    target's NLL stays <= eps at every accepted token), and the EMA it carries adds the committed tokens."""
     logits = _logits(4, 4)
+    logp = torch.log_softmax(logits, -1)
     draft = logits.argmax(-1).tolist()[:3]
     draft[2] = int(logits[2].argmin())  # an unlikely third token
     for eps, r_prev in [(2.0, 0.0), (0.5, 0.0), (2.0, 3.0), (100.0, 0.0)]:
-        v = verify_consultant(draft, logits, SamplingConfig(), None, r_prev=r_prev, eps=eps, beta=0.2)
-        path = accept_tree_consultant([9, *draft], chain_parents([3]), logits, r_prev, eps, 0.2)
-        assert len(path) - 1 == v.accepted, (eps, r_prev)
-        committed = draft[: v.accepted] + [v.next_token]
-        assert consultant_ema(r_prev, logits[path], committed, 0.2) == pytest.approx(v.ema)
+        r, n = r_prev, 0
+        while n < 3 and 0.2 * r + 0.8 * float(-logp[n, draft[n]]) <= eps:
+            r, n = 0.2 * r + 0.8 * float(-logp[n, draft[n]]), n + 1
+        rule = ConsultantRule(eps, 0.2).start()
+        rule.ema = r_prev
+        v = rule.verify([9, *draft], fan_parents([3]), logits, SamplingConfig(), None)
+        assert v.accepted == n, (eps, r_prev)
+        assert v.token == int(logits[n].argmax())
+        assert rule.ema == pytest.approx(0.2 * r + 0.8 * float(-logp[n, v.token]))
+        assert consultant_ema(r_prev, logits[v.path], v.tokens([9, *draft]), 0.2) == pytest.approx(rule.ema)
 
 
 def test_consultant_on_a_tree_takes_the_longest_path_under_the_bound() -> None:

@@ -1,4 +1,5 @@
-"""Verifiers on hand-made logits, and the statistical check that rejection sampling is lossless.
+"""The acceptance rules' chain fast paths on hand-made logits, and the statistical check that rejection
+sampling is lossless. The rules are those every method verifies through (:mod:`fastforward.core.acceptance`).
 
 scipy is not installed: the chi-square statistic is computed here and compared with fixed critical values
 (significance 0.001), with seeded generators so the tests are deterministic.
@@ -11,20 +12,30 @@ import math
 import pytest
 import torch
 
-from fastforward.core.acceptance import typical_threshold
+from fastforward.core.acceptance import (
+    EXACT,
+    ConsultantRule,
+    TypicalRule,
+    Verdict,
+    accept_chain_sampled,
+    typical_threshold,
+)
 from fastforward.core.decoder import SamplingConfig
+from fastforward.core.engine import chain_parents
 from fastforward.core.sampling import processed_probs
 from fastforward.data import load_dataset, render_prompt
 from fastforward.decoders.speculative.engine import next_gamma
-from fastforward.decoders.speculative.verifiers import (
-    verify_consultant,
-    verify_greedy,
-    verify_rejection,
-    verify_typical,
-)
 
 GREEDY = SamplingConfig()
 CHI2_CRIT_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
+
+
+ANCHOR = 7  # the row's last committed token: node 0 of every chain, never judged
+
+
+def on_chain(rule, draft: list[int], logits, cfg=GREEDY, gen=None) -> Verdict:
+    """Verify ``draft`` as the chain [anchor, *draft] through ``rule``, as every method does."""
+    return rule.verify([ANCHOR, *draft], chain_parents(len(draft) + 1), logits, cfg, gen)
 
 
 def logits_of(*rows: list[float]) -> torch.Tensor:
@@ -49,16 +60,16 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
 
 def test_greedy_accepts_matching_prefix_then_recovers():
     logits = logits_of([0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6])
-    v = verify_greedy([1, 2], logits)
-    assert (v.accepted, v.next_token, v.bonus) == (1, 0, False)
-    assert v.tokens([1, 2]) == [1, 0]
+    v = on_chain(EXACT, [1, 2], logits)
+    assert (v.accepted, v.token, v.path) == (1, 0, [0, 1])
+    assert v.tokens([ANCHOR, 1, 2]) == [1, 0]
 
 
 def test_greedy_full_acceptance_gives_bonus_and_empty_draft_is_ar():
     logits = logits_of([0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6])
-    v = verify_greedy([1, 0], logits)
-    assert (v.accepted, v.next_token, v.bonus) == (2, 2, True)
-    assert verify_greedy([], logits[:1]).tokens([]) == [1]
+    v = on_chain(EXACT, [1, 0], logits)
+    assert (v.accepted, v.token) == (2, 2)
+    assert on_chain(EXACT, [], logits[:1]).tokens([ANCHOR]) == [1]
 
 
 # ----------------------------------------------------------------------------- rejection sampling
@@ -84,8 +95,8 @@ def _run_toy(trials: int, seed: int, deterministic_draft: bool = False):
                 int(torch.multinomial(Q1, 1, generator=gen)),
             ]
             q = torch.stack([Q0, Q1])
-        v = verify_rejection(draft, q, target, gen)
-        out = v.tokens(draft)
+        n, token = accept_chain_sampled(draft, q, target, gen)
+        out = [*draft[:n], token]
         first[out[0]] += 1
         if len(out) > 1:
             second[out[1]] += 1
@@ -113,7 +124,7 @@ def test_rejection_sampling_identical_distributions_always_accept():
     q = torch.stack([P0, P1])
     for _ in range(200):
         draft = [int(torch.multinomial(P0, 1, generator=gen)), int(torch.multinomial(P1, 1, generator=gen))]
-        assert verify_rejection(draft, q, torch.stack([P0, P1, P2]), gen).accepted == 2
+        assert accept_chain_sampled(draft, q, torch.stack([P0, P1, P2]), gen)[0] == 2
 
 
 def test_rejection_sampling_real_model_next_token_distribution(smollm2):
@@ -133,7 +144,8 @@ def test_rejection_sampling_real_model_next_token_distribution(smollm2):
     target = torch.stack([p, p])
     for _ in range(6000):
         x = int(torch.multinomial(q, 1, generator=gen))
-        counts[verify_rejection([x], q[None], target, gen).tokens([x])[0]] += 1
+        n, token = accept_chain_sampled([x], q[None], target, gen)
+        counts[x if n else token] += 1
     stat, dof = chi_square(counts, p)
     assert stat < CHI2_CRIT_001[dof], (stat, dof)
 
@@ -150,10 +162,10 @@ def test_typical_threshold_is_min_of_eps_and_entropy_term():
 
 def test_typical_accepts_plausible_tokens_and_rejects_improbable_ones():
     logits = logits_of([0.25, 0.25, 0.25, 0.25], [0.97, 0.01, 0.01, 0.01], [0.1, 0.6, 0.2, 0.1])
-    v = verify_typical([3, 1], logits, GREEDY, None)  # 0.25 > 0.075: accept; 0.01 < 0.09: reject
-    assert (v.accepted, v.next_token, v.bonus) == (1, 0, False)
-    v = verify_typical([3, 0], logits, GREEDY, None)
-    assert (v.accepted, v.next_token, v.bonus) == (2, 1, True)
+    v = on_chain(TypicalRule(), [3, 1], logits)  # 0.25 > 0.075: accept; 0.01 < 0.09: reject
+    assert (v.accepted, v.token) == (1, 0)
+    v = on_chain(TypicalRule(), [3, 0], logits)
+    assert (v.accepted, v.token) == (2, 1)
 
 
 # ----------------------------------------------------------------------------- consultant
@@ -161,32 +173,41 @@ def test_typical_accepts_plausible_tokens_and_rejects_improbable_ones():
 
 def test_consultant_ema_rule_on_hand_made_logits():
     logits = logits_of([0.9, 0.05, 0.05], [0.05, 0.05, 0.9], [0.2, 0.7, 0.1])
-    v = verify_consultant([0, 1], logits, GREEDY, None, r_prev=0.0, eps=2.0, beta=0.2)
+    rule = ConsultantRule(eps=2.0, beta=0.2).start()
+    v = on_chain(rule, [0, 1], logits)
     r1 = 0.8 * -math.log(0.9)  # 0.084 <= 2: accept
     r2 = 0.2 * r1 + 0.8 * -math.log(0.05)  # 2.41 > 2: reject, take the target's argmax (2)
     assert r2 > 2.0
-    assert (v.accepted, v.next_token, v.bonus) == (1, 2, False)
-    assert v.ema == pytest.approx(0.2 * r1 + 0.8 * -math.log(0.9))  # the EMA carries the committed token
+    assert (v.accepted, v.token) == (1, 2)
+    assert rule.ema == pytest.approx(0.2 * r1 + 0.8 * -math.log(0.9))  # the EMA carries the committed token
+    assert rule.start().ema == 0.0  # a new generation (or batch row) starts afresh
+
+
+def consultant(r_prev: float) -> ConsultantRule:
+    """A Consultant rule (eps 2, beta 0.2) whose EMA after the last committed token is ``r_prev``."""
+    rule = ConsultantRule(eps=2.0, beta=0.2).start()
+    rule.ema = r_prev
+    return rule
 
 
 def test_consultant_smoothing_lets_one_unlikely_token_through_and_history_counts():
     # nll = -log(0.09) = 2.41 > eps: a plain NLL threshold rejects, the EMA from r=0 gives 1.93 <= 2.
     logits = logits_of([0.09, 0.91], [0.5, 0.5])
-    assert verify_consultant([0], logits, GREEDY, None, r_prev=0.0).accepted == 1
+    assert on_chain(consultant(0.0), [0], logits).accepted == 1
     # A bad history (r_prev = 3) rejects even a likely token: 0.2 * 3 + 0.8 * 0.094 = 0.675 accepts...
-    assert verify_consultant([1], logits, GREEDY, None, r_prev=3.0).accepted == 1
+    assert on_chain(consultant(3.0), [1], logits).accepted == 1
     # ...but r_prev = 10 gives 2.08 > 2 and rejects it.
-    v = verify_consultant([1], logits, GREEDY, None, r_prev=10.0)
-    assert (v.accepted, v.next_token) == (0, 1)
+    v = on_chain(consultant(10.0), [1], logits)
+    assert (v.accepted, v.token) == (0, 1)
 
 
 def test_consultant_all_accepted_gives_bonus_and_sampling_draws_from_target():
     logits = logits_of([0.9, 0.1], [0.8, 0.2], [0.0001, 0.9999])
-    v = verify_consultant([0, 0], logits, GREEDY, None)
-    assert (v.accepted, v.next_token, v.bonus) == (2, 1, True)
+    v = on_chain(consultant(0.0), [0, 0], logits)
+    assert (v.accepted, v.token) == (2, 1)
     gen = torch.Generator().manual_seed(0)
     toks = {
-        verify_consultant([1, 1], logits, SamplingConfig(temperature=1.0), gen, r_prev=50).next_token
+        on_chain(consultant(50.0), [1, 1], logits, SamplingConfig(temperature=1.0), gen).token
         for _ in range(50)
     }
     assert toks == {0, 1}  # rejected at position 0, replacement sampled from p_0 = [0.9, 0.1]

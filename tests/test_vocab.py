@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastforward.core.acceptance import EXACT
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.vocab import (
     RestrictedHead,
@@ -19,7 +20,6 @@ from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
-from fastforward.decoders.speculative.verifiers import ExactVerifier
 from fastforward.errors import FastForwardError
 
 from .conftest import greedy_config, make_tiny
@@ -91,7 +91,7 @@ def _tiny_sd(vocab_ids: list[int] | None, gamma: int = 4) -> tuple[SpeculativeDe
     if vocab_ids is not None:
         head = RestrictedHead(draft.model.lm_head.weight, None, VocabSubset(torch.tensor(vocab_ids), 512))
     drafter = ModelDrafter(draft.model, 0.0, head)
-    decoder = SpeculativeDecoder(target.model, drafter, ExactVerifier(), SpecConfig(gamma=gamma), "sd")
+    decoder = SpeculativeDecoder(target.model, drafter, EXACT, SpecConfig(gamma=gamma), "sd")
     return decoder, target
 
 

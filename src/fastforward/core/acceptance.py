@@ -17,19 +17,24 @@ correction).
 - Consultant Decoding over a tree (LOSSY): the longest root path whose EMA-smoothed target NLL stays <= eps,
   :func:`accept_tree_consultant`.
 
-The vectorised chain case of rejection sampling with a draft distribution q (``sd-sample``) and the chain
-Consultant rule live with the speculative verifiers; they reuse :func:`typical_threshold` and
-:func:`accept_chain` from here.
+Every method judges its guesses through one object, a :class:`Rule` (:class:`ExactRule`, :class:`TypicalRule`,
+:class:`ConsultantRule`; :func:`rule_for` builds one from a method's ``accept`` option): ``rule.verify(tokens,
+parents, logits, ...)`` returns a :class:`Verdict`, the accepted path and the target's one extra token. A chain
+takes a vectorised fast path behind the same call (greedy: one comparison of the draft with the target's argmax;
+sampling: Leviathan et al.'s chain rejection sampling with one uniform per draft token). A rule with state across
+the steps of one generation (Consultant's EMA) is copied per generation by :meth:`Rule.start`, so the rows of a
+batch and the concurrent requests of a server never share it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from fastforward.core.decoder import SamplingConfig
-from fastforward.core.sampling import processed_probs, sample_from
+from fastforward.core.sampling import processed_probs, sample_from, select_token
 
 # The lossy rules' default thresholds, one place for every method that offers them (speculative typical and
 # consultant, Chimera's accept=typical|consultant): Medusa's typical cap, and Consultant Decoding's EMA-NLL bound.
@@ -55,7 +60,7 @@ def accept_chain(draft: Sequence[int], target_next: Sequence[int]) -> int:
     return common_prefix(draft, target_next)
 
 
-def chain_parents(lengths: Sequence[int]) -> list[int]:
+def fan_parents(lengths: Sequence[int]) -> list[int]:
     """Parents of a root followed by chains of the given lengths, each hanging from the root (node 0)."""
     parents = [-1]
     for n in lengths:
@@ -218,3 +223,175 @@ def consultant_ema(ema: float, logits: torch.Tensor, tokens: Sequence[int], beta
     for j, t in enumerate(tokens):
         ema = beta * ema + (1 - beta) * float(-logp[j, int(t)])
     return ema
+
+
+# --------------------------------------------------------------------------- the one verification layer
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One row's judged step: the accepted nodes from the root, and the target's token after the last one
+    (the correction of the first rejected guess, or the bonus token when every guess on the path held)."""
+
+    path: list[int]
+    token: int
+
+    @property
+    def accepted(self) -> int:
+        """Guessed tokens kept (the root is the anchor, already committed)."""
+        return len(self.path) - 1
+
+    def tokens(self, nodes: Sequence[int]) -> list[int]:
+        """What the step commits: the accepted guesses, then the target's token."""
+        return [int(nodes[i]) for i in self.path[1:]] + [self.token]
+
+
+def is_chain(parents: Sequence[int]) -> bool:
+    return all(p == i - 1 for i, p in enumerate(parents))
+
+
+def accept_chain_sampled(
+    draft: Sequence[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    gen: torch.Generator | None,
+) -> tuple[int, int]:
+    """Leviathan et al. / Chen et al. speculative sampling on a chain: lossless in distribution.
+
+    draft_probs: [g, V] the distribution each draft token was drawn from (None = point masses: prompt lookup,
+    Jacobi iterates); target_probs: [g + 1, V], both processed with the same SamplingConfig. Draft token i is
+    accepted with probability min(1, p_i(x) / q_i(x)); the first rejection is replaced by a draw from
+    normalise(max(0, p_i - q_i)); after full acceptance the bonus token is drawn from p_g. One uniform per
+    draft token, drawn at once. Returns (accepted, the token the target adds)."""
+    g = len(draft)
+    if g:
+        idx = torch.tensor(list(draft), dtype=torch.long, device=target_probs.device)
+        p = target_probs[:g].gather(-1, idx[:, None]).squeeze(-1)  # [g]
+        q = torch.ones_like(p) if draft_probs is None else draft_probs.gather(-1, idx[:, None]).squeeze(-1)
+        u = torch.rand(g, generator=gen, device=p.device)
+        ok = (u * q <= p).tolist()  # u < p / q without dividing by a zero q
+        for i in range(g):
+            if ok[i]:
+                continue
+            if draft_probs is None:
+                residual = target_probs[i].clone()
+                residual[int(draft[i])] = 0.0
+            else:
+                residual = (target_probs[i] - draft_probs[i]).clamp_min(0)
+            total = residual.sum()
+            residual = residual / total if total > 0 else target_probs[i]
+            return i, int(sample_from(residual, gen))
+    return g, int(sample_from(target_probs[g], gen))
+
+
+def match_vocab(q: torch.Tensor, size: int) -> torch.Tensor:
+    """Draft and target of one family may pad their LM heads differently; extra rows carry no mass."""
+    if q.shape[-1] > size:
+        return q[..., :size]
+    return torch.nn.functional.pad(q, (0, size - q.shape[-1]))
+
+
+class Rule:
+    """How one row's guesses are judged after the target's forward; every method verifies through one.
+
+    ``verify`` takes the row's block (``tokens`` [N + 1] with the anchor first, ``parents`` [N + 1], a chain
+    being ``[-1, 0, 1, ...]``), the target's logits at every node [N + 1, V], the sampling config and its
+    generator, and optionally the draft's distributions for the guesses (``draft_probs`` [N, V]; None for
+    deterministic guesses, point masses) and the target's argmax at every node when the caller already has
+    it (a batched forward computes it for all rows at once)."""
+
+    name = "exact"
+    lossless = True
+
+    def start(self) -> Rule:
+        """The rule for one generation: itself when it carries nothing across steps."""
+        return self
+
+    def verify(
+        self,
+        tokens: Sequence[int],
+        parents: Sequence[int],
+        logits: torch.Tensor | None,
+        cfg: SamplingConfig,
+        gen: torch.Generator | None,
+        draft_probs: torch.Tensor | None = None,
+        argmax: Sequence[int] | None = None,
+    ) -> Verdict:
+        raise NotImplementedError
+
+
+class ExactRule(Rule):
+    """Lossless: greedy acceptance when greedy (tokens identical to AR), rejection sampling when sampling
+    (the target's distribution), over a chain or a tree."""
+
+    def verify(self, tokens, parents, logits, cfg, gen, draft_probs=None, argmax=None) -> Verdict:
+        chain = is_chain(parents)
+        if cfg.greedy:
+            best = list(argmax) if argmax is not None else logits.argmax(-1).tolist()
+            if chain:
+                path = list(range(accept_chain(tokens[1:], best) + 1))
+            else:
+                path = accept_tree(tokens, parents, best)
+            return Verdict(path, int(best[path[-1]]))
+        if draft_probs is not None:
+            draft_probs = match_vocab(draft_probs.float(), logits.shape[-1])
+        if chain:
+            n, token = accept_chain_sampled(tokens[1:], draft_probs, processed_probs(logits, cfg), gen)
+            return Verdict(list(range(n + 1)), token)
+        if draft_probs is not None:  # the root row: the anchor was not drawn from the draft
+            draft_probs = torch.cat([torch.zeros_like(draft_probs[:1]), draft_probs], dim=0)
+        path, token = accept_tree_sampled(tokens, parents, logits, cfg, gen, draft_probs)
+        return Verdict(path, token)
+
+
+class TypicalRule(Rule):
+    """Typical acceptance (Medusa; LOSSY): a guess is kept when the target's probability of it, at the
+    sampling temperature (1 when greedy), exceeds min(eps, alpha * exp(-H)); the target's own choice follows."""
+
+    name = "typical"
+    lossless = False
+
+    def __init__(self, eps: float = TYPICAL_EPS, alpha: float = 0.3) -> None:
+        self.eps, self.alpha = eps, alpha
+
+    def verify(self, tokens, parents, logits, cfg, gen, draft_probs=None, argmax=None) -> Verdict:
+        temp = cfg.temperature if cfg.temperature > 0 else 1.0
+        probs = torch.softmax(logits.float() / temp, -1)
+        path = accept_tree_typical(tokens, parents, probs, self.eps, self.alpha)
+        return Verdict(path, int(select_token(logits[path[-1]], cfg, gen)))
+
+
+class ConsultantRule(Rule):
+    """Consultant Decoding (Lin et al., ACL 2025, arXiv 2506.02391; LOSSY): the longest path whose EMA of the
+    target's NLL stays <= eps. The EMA carries across the steps of one generation, through the committed
+    tokens only (a rejected guess does not enter it), and starts at 0 after the prefill's token."""
+
+    name = "consultant"
+    lossless = False
+
+    def __init__(self, eps: float = CONSULTANT_EPS, beta: float = 0.2) -> None:
+        self.eps, self.beta, self.ema = eps, beta, 0.0
+
+    def start(self) -> ConsultantRule:
+        return ConsultantRule(self.eps, self.beta)
+
+    def verify(self, tokens, parents, logits, cfg, gen, draft_probs=None, argmax=None) -> Verdict:
+        path = accept_tree_consultant(tokens, parents, logits, self.ema, self.eps, self.beta)
+        verdict = Verdict(path, int(select_token(logits[path[-1]], cfg, gen)))
+        self.ema = consultant_ema(self.ema, logits[path], verdict.tokens(tokens), self.beta)
+        return verdict
+
+
+EXACT = ExactRule()
+ACCEPT_RULES = ("exact", "greedy", "typical", "consultant")  # "greedy": exact's old name
+
+
+def rule_for(accept: str, eps: float | None = None, alpha: float = 0.3, beta: float = 0.2) -> Rule:
+    """The rule a method's ``accept`` option names; ``eps`` None takes the rule's default threshold."""
+    if accept in ("exact", "greedy"):
+        return EXACT
+    if accept == "typical":
+        return TypicalRule(TYPICAL_EPS if eps is None else eps, alpha)
+    if accept == "consultant":
+        return ConsultantRule(CONSULTANT_EPS if eps is None else eps, beta)
+    raise ValueError(f"unknown acceptance rule {accept!r} (choose from {', '.join(ACCEPT_RULES)})")

@@ -3,7 +3,8 @@
 The loop is the batch-1 loop of :mod:`fastforward.core.decoder` run over rows: *propose* (a
 :class:`Proposer` returns each row's guessed tokens as a tree under the row's anchor, its last committed
 token), *verify* (ONE target forward over every row's [anchor ; guesses], ragged rows padded and masked by
-:mod:`fastforward.core.engine`), *accept* (per row, the one acceptance module :mod:`fastforward.core.acceptance`)
+:mod:`fastforward.core.engine`), *accept* (per row, the method's :class:`~fastforward.core.acceptance.Rule`, the one every method and batch 1
+verify through)
 and *commit* (per row, :meth:`fastforward.core.decoder.Run.commit`: the same EOS and ``max_new_tokens`` cut as
 batch 1). Each row commits its own number of tokens per step (ragged acceptance); the cache keeps every row's
 accepted entries contiguous (:func:`fastforward.core.engine.compact`).
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from fastforward.core.acceptance import accept_tree, accept_tree_sampled
+from fastforward.core.acceptance import EXACT, Rule
 from fastforward.core.decoder import (
     GenerationConfig,
     GenerationResult,
@@ -96,6 +97,7 @@ class Row:
     run: Run
     generator: torch.Generator | None
     state: Any = None
+    rule: Rule = EXACT  # the proposer's acceptance rule, this row's copy (a stateful rule's state is per row)
 
     @property
     def anchor(self) -> int:
@@ -117,6 +119,7 @@ class Proposer:
 
     name: str = "proposer"
     hidden_states: bool = False  # the verify forward must return the target's last hidden states
+    rule: Rule = EXACT  # how every row's guesses are judged (the configured method's rule)
 
     def admit(self, row: Row, prefill: Any) -> None:
         """A new row, after its prefill (``prefill`` is the model output) and first committed token."""
@@ -317,7 +320,7 @@ class BatchDecoder:
         req.admitted_at = time.perf_counter()
         stats = DecodeStats(method=self.name, prompt_tokens=len(req.prompt))
         run = Run(req.config, stats, self._emitter(req))
-        row = Row(req, run, make_generator(req.config.sampling, self.device))
+        row = Row(req, run, make_generator(req.config.sampling, self.device), rule=self.proposer.rule.start())
         ids = torch.tensor([req.prompt], device=self.device)
         t0 = time.perf_counter()
         cache, out = prefill(self.model, ids, self.proposer.hidden_states)
@@ -350,19 +353,11 @@ class BatchDecoder:
         paths: list[list[int]] = []
         alive: list[bool] = []
         for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
-            sampling = row.run.config.sampling
-            if sampling.greedy:
-                path = accept_tree(blk.tokens, blk.parents, argmax[b])
-                extra = argmax[b][path[-1]]
-            else:
-                probs = None
-                if d.probs is not None:  # root row first: the anchor was not drawn from the draft
-                    probs = torch.cat([d.probs[:1] * 0, d.probs.float()], dim=0)
-                path, extra = accept_tree_sampled(
-                    blk.tokens, blk.parents, logits[b], sampling, row.generator, probs
-                )
-            paths.append(path)
-            ok = self._commit(row, [blk.tokens[i] for i in path[1:]] + [extra], width=len(blk.tokens))
+            verdict = row.rule.verify(
+                blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
+            )
+            paths.append(verdict.path)
+            ok = self._commit(row, verdict.tokens(blk.tokens), width=len(blk.tokens))
             alive.append(ok and not row.run.done)
         self.layout.keep(paths)
         self.proposer.observe(rows, drafts, paths, argmax, hidden)

@@ -13,10 +13,14 @@ per-row state:
 | sd, layerskip, qsd | :class:`DraftModelProposer` | a row of the draft model's own ragged cache |
 | chimera | :class:`ChimeraProposer` | the draft's per-row state (context block KV, trigram LRU shared) |
 
+Every row is judged by the method's own acceptance rule (:class:`fastforward.core.acceptance.Rule`, the one
+batch 1 uses; a stateful rule such as Consultant's EMA is copied per row), so the lossy rules (typical,
+consultant, Chimera's ``accept=``) batch like the exact one.
+
 Not batched (a one-line error names the batch-1 path instead): lookahead (its window and n-gram pool are one
 request's 2D state; a per-row pool is possible but not built yet), sd-cross (re-tokenizes text per row),
 the adaptive / cost-driven draft lengths, ``lookup_first``, a reduced-vocabulary draft head, Jacobi's
-rejection recycling and multi-block decoding, and the lossy acceptance rules (typical, consultant).
+rejection recycling and multi-block decoding, and Chimera's lookup branch.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from fastforward.core.engine import prefill as prefill_row
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.errors import FastForwardError
 
-BATCHED_METHODS = ("ar", "pld", "jacobi", "sd", "layerskip", "qsd", "chimera")
+BATCHED_METHODS = ("ar", "pld", "jacobi", "sd", "layerskip", "qsd", "typical", "consultant", "chimera")
 
 
 class ARProposer(Proposer):
@@ -230,15 +234,17 @@ def proposer_for(decoder: Decoder) -> Proposer:
             )
         return JacobiProposer(c.block_size, c.init, c.seed, decoder.pad_id)
     if name == "chimera":
-        if decoder.options.accept not in ("exact", "greedy"):
-            raise FastForwardError("batched chimera verifies exactly: drop accept=typical/consultant")
         if decoder.options.lookup:
             raise FastForwardError(
                 "batched chimera verifies the heads' static tree: drop lookup (batch 1 has it)"
             )
-        return ChimeraProposer(decoder.draft, decoder.tree, decoder.trigram_cache)
-    if name in ("pld", "sd", "layerskip", "qsd"):
-        return _speculative(decoder)
+        proposer: Proposer = ChimeraProposer(decoder.draft, decoder.tree, decoder.trigram_cache)
+        proposer.rule = decoder.rule
+        return proposer
+    if name in ("pld", "sd", "layerskip", "qsd", "typical", "consultant"):
+        proposer = _speculative(decoder)
+        proposer.rule = decoder.rule
+        return proposer
     raise FastForwardError(
         f"method '{name}' has no batched path (batched: {', '.join(BATCHED_METHODS)}); run it with batch size 1"
     )
@@ -246,13 +252,10 @@ def proposer_for(decoder: Decoder) -> Proposer:
 
 def _speculative(decoder: Any) -> Proposer:
     from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
-    from fastforward.decoders.speculative.verifiers import ExactVerifier
 
     spec, drafter = decoder.spec, decoder.drafter
     if spec.adaptive:  # gamma_auto (the default) is per request; a batch steps every row at the fixed gamma
         raise FastForwardError(f"batched {decoder.name} uses a fixed gamma: drop adaptive")
-    if not isinstance(decoder.verifier, ExactVerifier):
-        raise FastForwardError(f"batched {decoder.name} verifies exactly only")
     if isinstance(drafter, PromptLookupDrafter):
         return LookupProposer(spec.gamma, drafter.ngram_max, drafter.ngram_min)
     if isinstance(drafter, ModelDrafter) and drafter.head is None and drafter.stop_below <= 0:

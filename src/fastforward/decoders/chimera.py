@@ -46,16 +46,8 @@ from fastforward.chimera.tree import (
     graft_chain,
     tree_tokens,
 )
-from fastforward.core.acceptance import (
-    CONSULTANT_EPS,
-    TYPICAL_EPS,
-    accept_tree,
-    accept_tree_consultant,
-    accept_tree_sampled,
-    accept_tree_typical,
-    consultant_ema,
-)
-from fastforward.core.decoder import Decoder, MissingInput, Run, SamplingConfig, Timer
+from fastforward.core.acceptance import ACCEPT_RULES, rule_for
+from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
@@ -64,9 +56,6 @@ from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.ngram import NGramIndex, check_ngram_range
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
-
-ACCEPT_RULES = ("exact", "greedy", "typical", "consultant")
-LOSSLESS_RULES = ("exact", "greedy")
 
 
 @dataclass(frozen=True)
@@ -117,7 +106,8 @@ class ChimeraDecoder(Decoder):
         self.draft, self.options = draft, options
         k = draft.cfg.num_heads
         self.tree: Tree = chain_tree(k) if options.tree == "chain" else default_tree(k)
-        self.lossless = options.accept in LOSSLESS_RULES
+        self.rule = rule_for(options.accept, options.eps, options.alpha, options.beta)
+        self.lossless = self.rule.lossless
         # the trigram cache outlives one generation (the paper's lookup table); weights never change here
         self.trigram_cache = TrigramLRU(options.cache)
         self.verify_curve = verify_curve
@@ -134,7 +124,7 @@ class ChimeraDecoder(Decoder):
         head_hits = [0] * num_heads
         accepted_drafts: list[int] = []
         verified = 0  # tree tokens the target read, root included
-        ema = 0.0  # accept=consultant: EMA of the target's NLL after the last committed token
+        rule = self.rule.start()  # this generation's (accept=consultant: the EMA starts afresh)
 
         engine, out = self.prefill(prompt_ids, run, hidden=True)
         token = int(select_token(out.logits[0, -1], sampling, gen))
@@ -173,10 +163,9 @@ class ChimeraDecoder(Decoder):
                 node_tokens, parents, _ = graft_chain(node_tokens, parents, tree.depths, chain)
             fwd = engine.forward([Block(list(node_tokens), list(parents))], hidden=True)
             logits = fwd.logits[0]  # [N + 1, V]
-            path, token = self._accept(parents, node_tokens, logits, sampling, gen, ema)
-            new = [node_tokens[i] for i in path[1:]] + [token]
-            if opts.accept == "consultant":
-                ema = consultant_ema(ema, logits[path], new, opts.beta)
+            # candidates are point-mass drafts: exact stays lossless in distribution when sampling
+            verdict = rule.verify(node_tokens, parents, logits, sampling, gen)
+            path, new, token = verdict.path, verdict.tokens(node_tokens), verdict.token
             engine.keep([path])
             run.commit(new, width=len(node_tokens))
             verified += len(node_tokens)
@@ -222,31 +211,6 @@ class ChimeraDecoder(Decoder):
         return TreeSizer(
             self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes, timed=timed
         )
-
-    def _accept(
-        self,
-        parents: tuple[int, ...] | list[int],
-        node_tokens: list[int],
-        logits: torch.Tensor,
-        sampling: SamplingConfig,
-        gen: torch.Generator | None,
-        ema: float,
-    ) -> tuple[list[int], int]:
-        """The accepted path through the tree and the one token the target adds after it."""
-        opts = self.options
-        if opts.accept in LOSSLESS_RULES:
-            if not sampling.greedy:  # lossless in distribution: the candidates are point-mass drafts
-                return accept_tree_sampled(node_tokens, parents, logits, sampling, gen)
-            path = accept_tree(node_tokens, parents, logits.argmax(-1).tolist())
-        elif opts.accept == "typical":
-            temp = sampling.temperature if sampling.temperature > 0 else 1.0
-            probs = torch.softmax(logits.float() / temp, -1)
-            eps = opts.eps if opts.eps is not None else TYPICAL_EPS
-            path = accept_tree_typical(node_tokens, parents, probs, eps, opts.alpha)
-        else:
-            eps = opts.eps if opts.eps is not None else CONSULTANT_EPS
-            path = accept_tree_consultant(node_tokens, parents, logits, ema, eps, opts.beta)
-        return path, int(select_token(logits[path[-1]], sampling, gen))
 
 
 def build(name: str, target, draft, options: dict) -> ChimeraDecoder:

@@ -17,7 +17,7 @@ Trajectory measures (pure functions below, shared with the CLLM trajectory colle
   token was still wrong.
 
 Sampling (temperature > 0) stays lossless in distribution: the previous iterate is a point-mass draft of
-the unconverged positions, judged by rejection sampling along the chain (:func:`accept_tree_sampled`); the
+the unconverged positions, judged by rejection sampling along the chain (:class:`~fastforward.core.acceptance.ExactRule`); the
 accepted guesses plus the target's draw after them are committed, and the remaining positions are re-guessed
 with the target's argmax there. The trajectory measures then count against the committed (sampled) tokens.
 
@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents, common_prefix
+from fastforward.core.acceptance import EXACT, common_prefix, fan_parents
 from fastforward.core.cache import text_config
 from fastforward.core.decoder import Decoder, Run, SamplingConfig
 from fastforward.core.engine import Block
@@ -198,7 +198,7 @@ def guess_tree(
 
     Returns (tokens, parents, branches): ``branches[b]`` lists branch b's nodes by depth, branch 0 the guess.
     """
-    tokens, parents = [int(anchor), *(int(t) for t in guess)], chain_parents([len(guess)])
+    tokens, parents = [int(anchor), *(int(t) for t in guess)], fan_parents([len(guess)])
     child = {(parents[i], tokens[i]): i for i in range(1, len(tokens))}
     branches = [list(range(1, len(tokens)))]
     for cand in candidates:
@@ -331,12 +331,9 @@ class JacobiDecoder(Decoder):
             flat, parents, branches = guess_tree(anchor, guess[:fed], cands, c.pool_size)
             fwd = engine.forward([Block(flat, parents)])  # one chain: the model's own causal mask
             nxt = fwd.argmax[0]  # [k]: the target's token after every node
-            if sampling.greedy:
-                path = accept_tree(flat, parents, nxt)
-                step = [flat[i] for i in path[1:]] + [nxt[path[-1]]]
-            else:  # the fed guesses and candidates are point-mass drafts
-                path, extra = accept_tree_sampled(flat, parents, fwd.logits[0], sampling, gen)
-                step = [flat[i] for i in path[1:]] + [extra]
+            # the fed guesses and candidates are point-mass drafts (lossless in distribution when sampling)
+            verdict = EXACT.verify(flat, parents, fwd.logits[0], sampling, gen, argmax=nxt)
+            path, step = verdict.path, verdict.tokens(flat)
             n_acc = len(path)  # tokens this forward commits (before the stops): accepted guesses + 1
             new = branch_iterate(branches, path, nxt)  # [fed + 1]
             new += guess[len(new) :]  # positions not fed keep their guess: [L]

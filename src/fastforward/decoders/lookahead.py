@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.acceptance import accept_tree, accept_tree_sampled, chain_parents
+from fastforward.core.acceptance import EXACT, fan_parents
 from fastforward.core.decoder import Decoder, Run
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
@@ -182,14 +182,12 @@ class LookaheadDecoder(Decoder):
             nxt = fwd.argmax[0]  # [k]
             base = 1 + len(rows) * c.window  # flat index of the first candidate token
             # the candidates as a tree of chains from the anchor: node j >= 1 is flat token base + j - 1
-            cand_tokens, cand_parents = [tokens[-1], *flat[base:]], chain_parents([len(x) for x in cands])
-            if sampling.greedy:
-                path = accept_tree(cand_tokens, cand_parents, nxt[:1] + nxt[base:])
-                extra = None
-            else:
-                cand_logits = torch.cat([logits[:1], logits[base:]])
-                path, extra = accept_tree_sampled(cand_tokens, cand_parents, cand_logits, sampling, gen)
-            accepted = [base + j - 1 for j in path[1:]]
+            cand_tokens, cand_parents = [tokens[-1], *flat[base:]], fan_parents([len(x) for x in cands])
+            cand_logits = None if sampling.greedy else torch.cat([logits[:1], logits[base:]])
+            verdict = EXACT.verify(
+                cand_tokens, cand_parents, cand_logits, sampling, gen, argmax=nxt[:1] + nxt[base:]
+            )
+            accepted = [base + j - 1 for j in verdict.path[1:]]
 
             last_out = nxt[base - c.window : base]  # outputs of the window's last row
             if len(rows) == c.ngram - 1:
@@ -199,9 +197,7 @@ class LookaheadDecoder(Decoder):
             else:
                 rows.append(last_out)
 
-            if extra is None:
-                extra = nxt[accepted[-1] if accepted else 0]
-            keep = run.commit([flat[i] for i in accepted] + [extra], width=len(flat))
+            keep = run.commit([flat[i] for i in accepted] + [verdict.token], width=len(flat))
             if c.output_ngrams:
                 add_output_ngrams(pool, prompt, tokens, len(keep), c.ngram)
             engine.keep([[0, *accepted]])

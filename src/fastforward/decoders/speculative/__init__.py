@@ -1,8 +1,9 @@
 """Speculative decoding: a draft proposes, the target verifies in one forward, one loop commits.
 
-``build(name, target, draft, options)`` maps the registry's method names to a drafter and a verifier:
+``build(name, target, draft, options)`` maps the registry's method names to a drafter and an acceptance
+rule (:mod:`fastforward.core.acceptance`, the one layer every method verifies through):
 
-| method | drafter | verifier |
+| method | drafter | rule |
 |---|---|---|
 | sd | draft model (same tokenizer) | exact: greedy equality, or rejection sampling when sampling |
 | sd-sample | draft model | rejection sampling (refuses temperature 0) |
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS
+from fastforward.core.acceptance import rule_for
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight
@@ -60,12 +61,6 @@ from fastforward.decoders.speculative.drafters import (
     shallow_view,
 )
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
-from fastforward.decoders.speculative.verifiers import (
-    ConsultantVerifier,
-    ExactVerifier,
-    TypicalVerifier,
-    Verifier,
-)
 from fastforward.decoders.speculative_checks import check_same_tokenizer
 from fastforward.errors import FastForwardError
 from fastforward.log import log
@@ -74,7 +69,7 @@ from fastforward.models.loading import load_model
 from fastforward.models.quantize import INT4_GROUP_SIZES, quantize_linear, quantized_copy
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
-# lossy verifiers: their output depends on the draft length, so by default it stays fixed (reproducible)
+# lossy rules: their output depends on the draft length, so by default it stays fixed (reproducible)
 LOSSY = ("typical", "consultant")
 
 
@@ -142,15 +137,9 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
                 "lookup_first needs ngram_max >= 2 (a 1-token match does not replace the draft)"
             )
         drafter = LookupFirstDrafter(lookup, drafter)
-    verifier: Verifier
-    if name == "consultant":
-        verifier = ConsultantVerifier(o.eps if o.eps is not None else CONSULTANT_EPS, o.beta)
-    elif name == "typical":
-        verifier = TypicalVerifier(o.eps if o.eps is not None else TYPICAL_EPS, o.alpha)
-    else:
-        verifier = ExactVerifier()
+    rule = rule_for(name if name in LOSSY else "exact", o.eps, o.alpha, o.beta)
     return SpeculativeDecoder(
-        target.model, drafter, verifier, spec, name, needs_draft=name in (*DRAFT_MODEL_METHODS, "sd-cross")
+        target.model, drafter, rule, spec, name, needs_draft=name in (*DRAFT_MODEL_METHODS, "sd-cross")
     )
 
 

@@ -1,8 +1,9 @@
 """The draft-then-verify loop: one target forward per step over [last committed token + draft tokens].
 
 Invariant: the target's KV cache holds every committed token except the last one. A step feeds that last
-token and the g draft tokens at explicit positions, the verifier returns how many drafts are accepted and
-the target's recovered/bonus token, the loop commits them through ``apply_stops`` (so EOS and
+token and the g draft tokens at explicit positions, the method's acceptance rule
+(:mod:`fastforward.core.acceptance`, the one every method verifies through) returns how many drafts are accepted
+and the target's recovered/bonus token, the loop commits them through ``apply_stops`` (so EOS and
 max_new_tokens end exactly where AR would) and crops the cache back to committed length - 1 (no copies).
 
 Counters (summed over samples by the bench; derive rates from them):
@@ -20,12 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
+from fastforward.core.acceptance import Rule, Verdict
 from fastforward.core.decoder import Decoder, Run, Timer
 from fastforward.core.engine import Block
 from fastforward.core.pacing import Ema
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.decoders.speculative.drafters import DraftContext, Proposal
-from fastforward.decoders.speculative.verifiers import Verdict, Verifier
 from fastforward.errors import FastForwardError
 
 
@@ -182,24 +183,24 @@ class SpecConfig:
 
 
 class SpeculativeDecoder(Decoder):
-    """One loop for every draft-then-verify method; what differs is the drafter and the verifier.
+    """One loop for every draft-then-verify method; what differs is the drafter and the acceptance rule.
 
-    ``lossless`` comes from the verifier, ``needs_draft`` from whether the drafter runs a separate model."""
+    ``lossless`` comes from the rule, ``needs_draft`` from whether the drafter runs a separate model."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         drafter,
-        verifier: Verifier,
+        rule: Rule,
         spec: SpecConfig,
         name: str,
         needs_draft: bool = False,
     ) -> None:
         super().__init__(model)
         spec.validate()
-        self.drafter, self.verifier, self.spec = drafter, verifier, spec
-        self.name, self.lossless, self.needs_draft = name, verifier.lossless, needs_draft
-        self.in_all = verifier.lossless and not spec.require_sampling
+        self.drafter, self.rule, self.spec = drafter, rule, spec
+        self.name, self.lossless, self.needs_draft = name, rule.lossless, needs_draft
+        self.in_all = rule.lossless and not spec.require_sampling
         # gamma_auto's estimates, kept across requests: the costs are this machine's, and the acceptance
         # rate of a workload moves less between its requests than relearning it each time would cost
         # (a draft that does not pay here is not even prefilled on the next request)
@@ -220,7 +221,7 @@ class SpeculativeDecoder(Decoder):
         tokens = run.tokens
         prompt = prompt_ids[0].tolist()
         self.drafter.reset()
-        self.verifier.reset()
+        rule = self.rule.start()  # this generation's (Consultant's EMA starts afresh)
         ex = _Counters()
         gamma = self.spec.gamma
         # seeded sampling keeps the fixed gamma: a schedule from measured times would not reproduce the seed
@@ -238,10 +239,11 @@ class SpeculativeDecoder(Decoder):
                     proposal = self.drafter.propose(ctx)
             t1 = time.perf_counter()
             draft = proposal.tokens
-            logits = engine.forward([Block.chain([seq[-1], *draft])]).logits[0]  # [g + 1, V]
-            verdict = self.verifier(draft, proposal.probs, logits, cfg, gen)
-            run.commit(verdict.tokens(draft), width=1 + len(draft))
-            engine.keep([range(verdict.accepted + 1)])  # the anchor and the accepted prefix of the draft
+            block = Block.chain([seq[-1], *draft])
+            logits = engine.forward([block]).logits[0]  # [g + 1, V]
+            verdict = rule.verify(block.tokens, block.parents, logits, cfg, gen, proposal.probs)
+            run.commit(verdict.tokens(block.tokens), width=len(block.tokens))
+            engine.keep([verdict.path])  # the anchor and the accepted prefix of the draft
             self.drafter.observe(verdict.accepted)
             ex.add(g, len(draft), verdict)
             if self.spec.adaptive:
@@ -268,8 +270,8 @@ class _Counters:
         self.gamma_sum += gamma
         self.proposed += proposed
         self.accepted += v.accepted
-        self.bonus += int(v.bonus)
-        self.recovered += int(not v.bonus)
+        self.bonus += int(v.accepted == proposed)
+        self.recovered += int(v.accepted < proposed)
         grow = max(0, proposed - len(self.proposed_at))
         self.proposed_at += [0] * grow
         self.accepted_at += [0] * grow
