@@ -18,10 +18,50 @@ from fastforward.errors import FastForwardError
 C = TypeVar("C")
 
 
-def opt(default: Any, *, min: float | None = None, max: float | None = None, choices: tuple = ()) -> Any:  # noqa: A002
-    """A config field with a range or a set of allowed values: ``block_size: int = opt(16, min=1)``."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v not in (None, ())}
+def opt(
+    default: Any,
+    *,
+    min: float | None = None,  # noqa: A002
+    max: float | None = None,  # noqa: A002
+    choices: tuple = (),
+    help: str = "",  # noqa: A002
+    help_by: Mapping[str, str] | None = None,
+    shown: str = "",
+    shown_by: Mapping[str, str] | None = None,
+    used_by: tuple[str, ...] = (),
+) -> Any:
+    """A method option, declared once with everything said about it: ``block_size: int = opt(16, min=1,
+    help="positions solved in parallel per block (n)")``.
+
+    ``min``/``max``/``choices`` are checked by :func:`build_config`. The rest is what ``fastforward
+    methods`` prints and what the registry checks a command line with: ``help`` (``help_by`` per method,
+    where methods sharing a dataclass read the key differently), ``shown`` (the default as text where the
+    value is computed; ``shown_by`` per method), and ``used_by`` (the methods of a shared dataclass that
+    read the field; empty: all of them), so an option given to a method that ignores it is an error."""
+    meta: dict[str, Any] = {
+        k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v not in (None, ())
+    }
+    extra = (
+        ("help", help),
+        ("help_by", help_by),
+        ("shown", shown),
+        ("shown_by", shown_by),
+        ("used_by", used_by),
+    )
+    meta.update({k: v for k, v in extra if v})
     return dataclasses.field(default=default, metadata=meta)
+
+
+def option_doc(field: dataclasses.Field, method: str) -> tuple[bool, str, str]:
+    """What a field declared with :func:`opt` says to method ``method``: (whether it reads the field, the
+    default as text, the help text)."""
+    meta = field.metadata
+    used = meta.get("used_by", ())
+    shown = meta.get("shown_by", {}).get(method) or meta.get("shown", "")
+    if not shown:
+        shown = "" if field.default is dataclasses.MISSING else str(field.default).lower()
+        shown = shown if field.default != "" else '""'
+    return (not used or method in used), shown, meta.get("help_by", {}).get(method) or meta.get("help", "")
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:

@@ -56,6 +56,14 @@ class Ema:
             self.value = self.decay * self.value + (1 - self.decay) * x
 
 
+GATES = ("auto", "off")  # the ``gate`` option of the methods that run a StepGate
+GATE_HELP = (
+    "auto: time the method's steps against plain AR steps (estimates kept across the decoder's requests) and "
+    "take AR steps while they give more tokens per second (probed again after a back-off; greedy output "
+    "unchanged; off with a seed); off: every step is the method's own"
+)
+
+
 @dataclass
 class StepGate:
     """Chooses each step: the method's parallel step (True) or a plain AR step (False).

@@ -49,9 +49,12 @@ CALIBRATION_PROMPTS = (
 
 @dataclass(frozen=True)
 class AutoOptions:
-    candidates: str = ""  # comma list of methods to time; "" = DEFAULT_CANDIDATES (+ sd with a draft)
-    tokens: int = opt(32, min=4)  # new tokens per calibration prompt
-    refresh: bool = False  # measure again even if a cached choice exists
+    candidates: str = opt(
+        "",
+        help="comma list of lossless methods to time (default: ar, pld, lookahead, jacobi, qsd int4, and sd when --draft is given)",
+    )
+    tokens: int = opt(32, min=4, help="new tokens per calibration prompt")
+    refresh: bool = opt(False, help="time the candidates again even if this machine has a cached choice")
 
 
 def candidate_names(options: AutoOptions, has_draft: bool) -> list[str]:

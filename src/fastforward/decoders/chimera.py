@@ -46,7 +46,7 @@ from fastforward.chimera.tree import (
     graft_chain,
     tree_tokens,
 )
-from fastforward.core.acceptance import ACCEPT_RULES, rule_for
+from fastforward.core.acceptance import ACCEPT_RULES, CONSULTANT_EPS, TYPICAL_EPS, rule_for
 from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
@@ -60,21 +60,37 @@ from fastforward.models.costs import KS, cached_curve, interpolate, measure_curv
 
 @dataclass(frozen=True)
 class ChimeraOptions:
-    heads: str = ""  # directory saved by train-chimera (required)
-    # auto: each step's tree sized from measured costs and this request's acceptance; default: the static
-    # 25-node tree; chain: the top-1 chain
-    tree: str = opt("auto", choices=("auto", "default", "chain"))
-    max_nodes: int = opt(31, min=1)  # tree=auto: most drafted nodes per verify forward
-    # exact (lossless; "greedy" is its old name) | typical (lossy) | consultant (lossy)
-    accept: str = opt("exact", choices=ACCEPT_RULES)
-    eps: float | None = opt(None, min=0.0)  # typical threshold cap (0.09) / consultant EMA-NLL bound (2.0)
-    alpha: float = opt(0.3, min=0.0)  # typical entropy factor
-    beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
-    cache: int = opt(16384, min=1)  # trigram LRU capacity
-    vocab: int = opt(0, min=0)  # heads over the K most frequent tokens (0 = the whole vocabulary)
-    lookup: int = opt(0, min=0)  # prompt-lookup tokens grafted onto each step's tree (0 = off)
-    ngram_max: int = opt(3, min=1)  # lookup: longest suffix n-gram looked up
-    ngram_min: int = opt(1, min=1)  # lookup: shortest
+    heads: str = opt("", help="directory written by `fastforward train-chimera` (required)")
+    tree: str = opt(
+        "auto",
+        choices=("auto", "default", "chain"),
+        help="auto (each step's tree sized from this machine's measured k-token forward cost and the request's acceptance so far), default (the static 25-node tree) or chain",
+    )
+    max_nodes: int = opt(31, min=1, help="tree=auto: most drafted nodes per verify forward")
+    accept: str = opt(
+        "exact",
+        choices=ACCEPT_RULES,
+        help="exact (lossless: greedy, or rejection sampling over the tree; 'greedy' is its old name), typical or consultant (lossy)",
+    )
+    eps: float | None = opt(
+        None,
+        min=0.0,
+        help="typical: cap of the acceptance threshold; consultant: bound on the EMA of the target's NLL",
+        shown=f"{TYPICAL_EPS} (typical) / {CONSULTANT_EPS} (consultant)",
+    )
+    alpha: float = opt(0.3, min=0.0, help="entropy factor of the typical acceptance threshold")
+    beta: float = opt(
+        0.2, min=0.0, max=1.0, help="consultant: weight of the newest token in the EMA of the NLL"
+    )
+    cache: int = opt(16384, min=1, help="capacity of the trigram LRU cache")
+    vocab: int = opt(0, min=0, help="heads over the K most frequent tokens (0 = whole vocabulary)")
+    lookup: int = opt(
+        0,
+        min=0,
+        help="prompt-lookup tokens grafted onto each step's tree as one more branch, verified in the same forward (0 = off; tree=auto takes the branch only where its measured yield pays)",
+    )
+    ngram_max: int = opt(3, min=1, help="lookup: longest suffix n-gram looked up in prompt + output")
+    ngram_min: int = opt(1, min=1, help="lookup: shortest suffix n-gram")
 
     def validate(self) -> None:
         check_ngram_range(self.ngram_min, self.ngram_max)

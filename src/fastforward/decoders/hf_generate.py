@@ -19,7 +19,12 @@ class HFOptions:
     """generate() is run with our generation settings; hf_pld also takes ``prompt_lookup`` (its
     ``prompt_lookup_num_tokens``, transformers' default 10); any other ``--opt`` is a one-line error."""
 
-    prompt_lookup: int = opt(10, min=1)
+    prompt_lookup: int = opt(
+        10,
+        min=1,
+        help="transformers' prompt_lookup_num_tokens: tokens copied per lookup",
+        used_by=("hf_pld",),
+    )
 
 
 class HFGenerateDecoder(Decoder):

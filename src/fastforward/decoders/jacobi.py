@@ -76,13 +76,12 @@ from fastforward.core.cache import text_config
 from fastforward.core.decoder import Decoder, Run, SamplingConfig
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import StepGate
+from fastforward.core.pacing import GATE_HELP, GATES, StepGate
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
 INITS = ("random", "repeat", "pad")
-GATES = ("auto", "off")
 POOL_DEPTH = 8  # recycling keeps POOL_DEPTH * pool_size sequences (2 pushed per rejecting step)
 
 # --------------------------------------------------------------------------- pure functions
@@ -239,14 +238,33 @@ def branch_iterate(
 
 @dataclass(frozen=True)
 class JacobiConfig:
-    block_size: int = opt(16, min=1)  # n: positions solved in parallel
-    init: str = opt("random", choices=INITS)  # iterate 0: random (prompt + generated, seeded) | repeat | pad
-    seed: int = 0  # seed of the random initialisation; every generate() call restarts from it
-    record: bool = False  # keep every iterate of every block in decoder.last_trajectory
-    pool_size: int = opt(0, min=0)  # rejection recycling: pooled candidates verified per step (0 = off)
-    max_blocks: int = opt(1, min=1)  # K: blocks in flight (multi-block decoding; 1 = off)
-    spawn_ratio: float = opt(0.85, min=0.0, max=1.0)  # r: spawn once the newest block settled ceil(r * n)
-    gate: str = opt("auto", choices=GATES)  # auto: plain AR steps while they beat the block (core.pacing)
+    block_size: int = opt(16, min=1, help="positions solved in parallel per block (n)")
+    init: str = opt(
+        "random",
+        choices=INITS,
+        help="initial guess of a block: random (prompt + output tokens, seeded), repeat or pad",
+    )
+    seed: int = opt(0, help="seed of the random initial guess (every generation restarts from it)")
+    record: bool = opt(
+        False, help="keep every iterate in decoder.last_trajectory (what `fastforward trace` draws)"
+    )
+    pool_size: int = opt(
+        0,
+        min=0,
+        help="rejection recycling: most pooled rejected continuations of the anchor verified per step, as tree branches in the same forward (0 = off)",
+    )
+    max_blocks: int = opt(
+        1,
+        min=1,
+        help="K: blocks in flight (multi-block decoding; pseudo blocks are guessed after the active block's unverified draft; 1 = off)",
+    )
+    spawn_ratio: float = opt(
+        0.85,
+        min=0.0,
+        max=1.0,
+        help="r: spawn a pseudo block once the newest block has ceil(r * block_size) settled tokens",
+    )
+    gate: str = opt("auto", choices=GATES, help=GATE_HELP)
 
     def validate(self) -> None:
         at = spawn_threshold(self.spawn_ratio, self.block_size)

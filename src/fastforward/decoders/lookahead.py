@@ -41,20 +41,23 @@ from fastforward.core.acceptance import EXACT, fan_parents
 from fastforward.core.decoder import Decoder, Run
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import StepGate
+from fastforward.core.pacing import GATE_HELP, GATES, StepGate
 from fastforward.core.sampling import make_generator, select_token
 
 
 @dataclass(frozen=True)
 class LookaheadConfig:
-    window: int = opt(4, min=1)  # W: columns of the Jacobi window
-    ngram: int = opt(4, min=2)  # N: n-gram size (window keeps N-1 rows; candidates have N-1 tokens)
-    candidates: int = opt(4, min=1)  # G: most pooled n-grams verified per step (also kept per first token)
-    pool_size: int = opt(4096, min=1)  # most distinct first tokens in the pool (LRU eviction)
-    prompt_ngrams: bool = True  # seed the pool with the prompt's n-grams
-    output_ngrams: bool = True  # add the n-grams the committed output completes, every step
-    seed: int = 0  # seed of the window's random initialisation from the prompt
-    gate: str = opt("auto", choices=("auto", "off"))  # auto: plain AR steps while they beat lookahead steps
+    window: int = opt(4, min=1, help="W: columns of the Jacobi window")
+    ngram: int = opt(4, min=2, help="N: n-gram size (the window keeps N-1 rows)")
+    candidates: int = opt(4, min=1, help="G: most pooled n-grams verified per step")
+    pool_size: int = opt(4096, min=1, help="most distinct first tokens kept in the n-gram pool (LRU)")
+    prompt_ngrams: bool = opt(True, help="seed the n-gram pool with the prompt's n-grams")
+    output_ngrams: bool = opt(
+        True,
+        help="pool the n-grams the committed output completes, every step (repeated text is then verified from the pool, as prompt lookup would)",
+    )
+    seed: int = opt(0, help="seed of the random initial guess (every generation restarts from it)")
+    gate: str = opt("auto", choices=GATES, help=GATE_HELP)
 
 
 ALIASES = {"W": "window", "N": "ngram", "G": "candidates"}

@@ -11,7 +11,8 @@ what the decoders say.
 Options are checked here before a module sees them, so no option is ever silently ignored:
 
 - a method gets only the options it reads: the speculative methods share one dataclass, but ``bits`` is
-  qsd's and ``ngram_max`` is pld's (:data:`USED_BY`); giving pld ``bits`` is an error, not a no-op;
+  qsd's and ``ngram_max`` is pld's (each field's ``used_by``, declared with the field by
+  :func:`fastforward.core.options.opt`); giving pld ``bits`` is an error, not a no-op;
 - in a bench, an unscoped ``--opt key=value`` goes to the methods that read ``key``, and is an error when no
   selected method does, or when ``key`` means different things to two of them (``eps`` is typical's threshold
   cap but consultant's EMA-NLL bound): then it must be scoped, ``typical.eps=0.05``;
@@ -30,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS
-from fastforward.core.options import parse_options
+from fastforward.core.options import option_doc, parse_options
 from fastforward.errors import FastForwardError
 
 if TYPE_CHECKING:
@@ -156,115 +156,6 @@ METHODS: dict[str, MethodSpec] = {
     ]
 }
 
-_DRAFT_MODEL = ("sd", "sd-sample", "typical", "consultant", "sd-cross")  # methods that load --draft
-_MODEL_DRAFTERS = ("sd", "sd-sample", "typical", "consultant", "layerskip", "qsd", "sd-cross")
-# Fields of a dataclass shared by several methods that only some of them read; a field not named here is
-# read by every method of its module.
-USED_BY: dict[str, dict[str, tuple[str, ...]]] = {
-    "speculative": {
-        "ngram_max": ("pld", *_MODEL_DRAFTERS),
-        "ngram_min": ("pld", *_MODEL_DRAFTERS),
-        "lookup_first": _MODEL_DRAFTERS,
-        "layers": ("layerskip",),
-        "bits": ("qsd",),
-        "group_size": ("qsd", *_DRAFT_MODEL),
-        "draft_bits": _DRAFT_MODEL,
-        "draft_stop": _MODEL_DRAFTERS,
-        "vocab": _MODEL_DRAFTERS,
-        "eps": ("typical", "consultant"),
-        "beta": ("consultant",),
-        "alpha": ("typical",),
-    },
-    "hf_generate": {"prompt_lookup": ("hf_pld",)},
-}
-
-# What each option means, per module; a (module, method) key overrides it for one method. `fastforward
-# methods` prints these, and two methods whose texts differ read the same key differently.
-GATE_HELP = (
-    "auto: time the method's steps against plain AR steps (estimates kept across the decoder's requests) and "
-    "take AR steps while they give more tokens per second (probed again after a back-off; greedy output "
-    "unchanged; off with a seed); off: every step is the method's own"
-)
-OPTION_HELP: dict[str, dict[str, str]] = {
-    "speculative": {
-        "gamma": "draft tokens proposed per step",
-        "adaptive": "adapt gamma: +1 after a fully accepted draft, -1 after a rejection",
-        "gamma_max": "upper bound of an adaptive or cost-chosen gamma",
-        "gamma_auto": "choose each step's gamma from measured draft and verify costs and the acceptance rate "
-        "(kept across the decoder's requests; the draft length with the most expected tokens per second; 0, a "
-        "plain AR step, where no draft pays, probed again in bursts after a doubling back-off); default on for the lossless methods "
-        "unless adaptive is set, off for typical/consultant; fixed gamma with a seed and in batches",
-        "ngram_max": "longest suffix n-gram looked up in the prompt and output",
-        "ngram_min": "shortest suffix n-gram looked up (with lookup_first: at least 2)",
-        "lookup_first": "draft by prompt lookup where a suffix n-gram (n >= 2) recurs, by the draft model only "
-        "elsewhere (saves the draft's cost on repeated text; exactness is kept)",
-        "layers": "target layers the draft runs",
-        "bits": "weight bits of the quantized draft: 8 (int8 per channel) or 4 (int4 per group)",
-        "group_size": "int4 draft: input features per scale (bits=4 / draft_bits=4 only)",
-        "draft_bits": "quantize the draft model weight-only: 8 (int8 per channel), 4 (int4 per group), 0 = as loaded",
-        "draft_stop": "end a draft chain after a token the draft gives probability below this (0 = never)",
-        "vocab": "draft LM head over the K most frequent tokens (0 = whole vocabulary; exactness is kept)",
-        "beta": "weight of the newest token in the EMA of the NLL",
-        "alpha": "entropy factor of the typical acceptance threshold",
-    },
-    "speculative:typical": {"eps": "cap of the typical acceptance threshold"},
-    "speculative:consultant": {"eps": "bound on the EMA of the target's NLL of draft tokens"},
-    "hf_generate": {"prompt_lookup": "transformers' prompt_lookup_num_tokens: tokens copied per lookup"},
-    "jacobi": {
-        "block_size": "positions solved in parallel per block (n)",
-        "init": "initial guess of a block: random (prompt + output tokens, seeded), repeat or pad",
-        "seed": "seed of the random initial guess (every generation restarts from it)",
-        "record": "keep every iterate in decoder.last_trajectory (what `fastforward trace` draws)",
-        "pool_size": "rejection recycling: most pooled rejected continuations of the anchor verified per step, "
-        "as tree branches in the same forward (0 = off)",
-        "max_blocks": "K: blocks in flight (multi-block decoding; pseudo blocks are guessed after the active "
-        "block's unverified draft; 1 = off)",
-        "spawn_ratio": "r: spawn a pseudo block once the newest block has ceil(r * block_size) settled tokens",
-        "gate": GATE_HELP,
-    },
-    "lookahead": {
-        "window": "W: columns of the Jacobi window",
-        "ngram": "N: n-gram size (the window keeps N-1 rows)",
-        "candidates": "G: most pooled n-grams verified per step",
-        "pool_size": "most distinct first tokens kept in the n-gram pool (LRU)",
-        "prompt_ngrams": "seed the n-gram pool with the prompt's n-grams",
-        "output_ngrams": "pool the n-grams the committed output completes, every step (repeated text is then "
-        "verified from the pool, as prompt lookup would)",
-        "seed": "seed of the random initial guess (every generation restarts from it)",
-        "gate": GATE_HELP,
-    },
-    "auto": {
-        "candidates": "comma list of lossless methods to time (default: ar, pld, lookahead, jacobi, qsd int4, "
-        "and sd when --draft is given)",
-        "tokens": "new tokens per calibration prompt",
-        "refresh": "time the candidates again even if this machine has a cached choice",
-    },
-    "chimera": {
-        "heads": "directory written by `fastforward train-chimera` (required)",
-        "tree": "auto (each step's tree sized from this machine's measured k-token forward cost and the "
-        "request's acceptance so far), default (the static 25-node tree) or chain",
-        "max_nodes": "tree=auto: most drafted nodes per verify forward",
-        "accept": "exact (lossless: greedy, or rejection sampling over the tree; 'greedy' is its old name), "
-        "typical or consultant (lossy)",
-        "eps": "typical: cap of the acceptance threshold; consultant: bound on the EMA of the target's NLL",
-        "alpha": "entropy factor of the typical acceptance threshold",
-        "beta": "consultant: weight of the newest token in the EMA of the NLL",
-        "cache": "capacity of the trigram LRU cache",
-        "vocab": "heads over the K most frequent tokens (0 = whole vocabulary)",
-        "lookup": "prompt-lookup tokens grafted onto each step's tree as one more branch, verified in the "
-        "same forward (0 = off; tree=auto takes the branch only where its measured yield pays)",
-        "ngram_max": "lookup: longest suffix n-gram looked up in prompt + output",
-        "ngram_min": "lookup: shortest suffix n-gram",
-    },
-}
-# Defaults that depend on the method or the model, shown instead of the dataclass's None.
-DEFAULT_TEXT: dict[str, dict[str, str]] = {
-    "speculative": {"gamma_max": "max(12, gamma)", "layers": "half the target's layers"},
-    "speculative:typical": {"eps": f"{TYPICAL_EPS}"},
-    "speculative:consultant": {"eps": f"{CONSULTANT_EPS}"},
-    "chimera": {"eps": f"{TYPICAL_EPS} (typical) / {CONSULTANT_EPS} (consultant)"},
-}
-
 
 @dataclass(frozen=True)
 class OptionDoc:
@@ -292,27 +183,17 @@ def base_method(label: str) -> str:
     return label.split(":", 1)[0]
 
 
-def _lookup(table: Mapping[str, Mapping[str, str]], spec: MethodSpec, key: str) -> str | None:
-    own = table.get(f"{spec.module}:{spec.name}", {})
-    return own.get(key, table.get(spec.module, {}).get(key))
-
-
 def method_options(name: str) -> list[OptionDoc]:
-    """The options method ``name`` reads, with their defaults and meaning (imports the method's module)."""
-    spec = METHODS[name]
-    mod = _module(spec)
-    used = USED_BY.get(spec.module, {})
+    """The options method ``name`` reads, with their defaults and meaning (imports the method's module):
+    each field of the module's options dataclass says all of it where it is declared
+    (:func:`fastforward.core.options.opt`)."""
+    mod = _module(METHODS[name])
     aliases = {v: k for k, v in getattr(mod, "ALIASES", {}).items()}
     out = []
     for f in dataclasses.fields(mod.OPTIONS):
-        if f.name in used and name not in used[f.name]:
-            continue
-        default = _lookup(DEFAULT_TEXT, spec, f.name)
-        if default is None:
-            default = "" if f.default is dataclasses.MISSING else str(f.default).lower()
-            default = default if f.default != "" else '""'
-        help_text = _lookup(OPTION_HELP, spec, f.name) or ""
-        out.append(OptionDoc(f.name, default, help_text, aliases.get(f.name, "")))
+        reads, default, help_text = option_doc(f, name)
+        if reads:
+            out.append(OptionDoc(f.name, default, help_text, aliases.get(f.name, "")))
     return out
 
 
@@ -367,9 +248,9 @@ def _check_keys(label: str, options: Mapping[str, Any]) -> None:
 
 
 def _module_has(name: str, key: str) -> bool:
-    """Whether method ``name``'s module could know ``key`` at all (cheap pre-filter: imports nothing new)."""
+    """Whether method ``name``'s module is installed and could know ``key`` at all (a field of its options)."""
     spec = METHODS[name]
-    return key in OPTION_HELP.get(spec.module, {}) or key in OPTION_HELP.get(f"{spec.module}:{name}", {})
+    return available(spec) and key in {f.name for f in dataclasses.fields(_module(spec).OPTIONS)}
 
 
 def options_for(label: str, options: dict[str, Any], labels: list[str]) -> dict[str, Any]:

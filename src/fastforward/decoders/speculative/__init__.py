@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fastforward.core.acceptance import rule_for
+from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS, rule_for
 from fastforward.core.decoder import require_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight
@@ -69,31 +69,97 @@ from fastforward.models.loading import load_model
 from fastforward.models.quantize import INT4_GROUP_SIZES, quantize_linear, quantized_copy
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
+DRAFT_MODEL = (*DRAFT_MODEL_METHODS, "sd-cross")  # the methods that load --draft
+MODEL_DRAFTERS = (*DRAFT_MODEL, "layerskip", "qsd")  # the methods whose drafter is a model
 # lossy rules: their output depends on the draft length, so by default it stays fixed (reproducible)
 LOSSY = ("typical", "consultant")
 
 
 @dataclass(frozen=True)
 class SpecOptions:
-    gamma: int = opt(5, min=1)  # draft tokens per step
-    adaptive: bool = False  # +1 after a full acceptance, -1 after a rejection
-    gamma_max: int | None = opt(None, min=1)  # adaptive upper bound (default max(12, gamma))
-    gamma_auto: bool | None = None  # each step's gamma from measured costs and acceptance (default: on
-    # for the lossless methods unless adaptive is set; batched steps and seeded sampling use the fixed gamma)
-    ngram_max: int = opt(3, min=1)  # pld: longest suffix n-gram looked up
-    ngram_min: int = opt(1, min=1)  # pld: shortest
-    layers: int | None = opt(None, min=1)  # layerskip: draft layers (default half the target's)
-    bits: int = opt(8, choices=(4, 8))  # qsd: draft weight bits (int8 per channel / int4 per group)
+    gamma: int = opt(5, min=1, help="draft tokens proposed per step")
+    adaptive: bool = opt(False, help="adapt gamma: +1 after a fully accepted draft, -1 after a rejection")
+    gamma_max: int | None = opt(
+        None, min=1, help="upper bound of an adaptive or cost-chosen gamma", shown="max(12, gamma)"
+    )
+    gamma_auto: bool | None = opt(
+        None,
+        help="choose each step's gamma from measured draft and verify costs and the acceptance rate (kept across the decoder's requests; the draft length with the most expected tokens per second; 0, a plain AR step, where no draft pays, probed again in bursts after a doubling back-off); default on for the lossless methods unless adaptive is set, off for typical/consultant; fixed gamma with a seed and in batches",
+    )
+    ngram_max: int = opt(
+        3,
+        min=1,
+        help="longest suffix n-gram looked up in the prompt and output",
+        used_by=("pld", *MODEL_DRAFTERS),
+    )
+    ngram_min: int = opt(
+        1,
+        min=1,
+        help="shortest suffix n-gram looked up (with lookup_first: at least 2)",
+        used_by=("pld", *MODEL_DRAFTERS),
+    )
+    layers: int | None = opt(
+        None,
+        min=1,
+        help="target layers the draft runs",
+        shown="half the target's layers",
+        used_by=("layerskip",),
+    )
+    bits: int = opt(
+        8,
+        choices=(4, 8),
+        help="weight bits of the quantized draft: 8 (int8 per channel) or 4 (int4 per group)",
+        used_by=("qsd",),
+    )
     draft_bits: int = opt(
-        0, choices=(0, 4, 8)
-    )  # sd family, sd-cross: quantize the draft model (0 = as loaded)
-    group_size: int = opt(128, choices=INT4_GROUP_SIZES)  # qsd int4: input features per scale
-    draft_stop: float = opt(0.0, min=0.0, max=1.0)  # stop a draft chain after a token with p < draft_stop
-    eps: float | None = None  # consultant EMA-NLL bound (2.0) / typical threshold cap (0.09)
-    beta: float = opt(0.2, min=0.0, max=1.0)  # consultant EMA weight
-    alpha: float = opt(0.3, min=0.0)  # typical entropy factor
-    vocab: int = opt(0, min=0)  # draft LM head over the K most frequent tokens (0 = the whole vocabulary)
-    lookup_first: bool = False  # model drafters: prompt lookup where an n-gram recurs, the model elsewhere
+        0,
+        choices=(0, 4, 8),
+        help="quantize the draft model weight-only: 8 (int8 per channel), 4 (int4 per group), 0 = as loaded",
+        used_by=DRAFT_MODEL,
+    )
+    group_size: int = opt(
+        128,
+        choices=INT4_GROUP_SIZES,
+        help="int4 draft: input features per scale (bits=4 / draft_bits=4 only)",
+        used_by=("qsd", *DRAFT_MODEL),
+    )
+    draft_stop: float = opt(
+        0.0,
+        min=0.0,
+        max=1.0,
+        help="end a draft chain after a token the draft gives probability below this (0 = never)",
+        used_by=MODEL_DRAFTERS,
+    )
+    eps: float | None = opt(
+        None,
+        help_by={
+            "typical": "cap of the typical acceptance threshold",
+            "consultant": "bound on the EMA of the target's NLL of draft tokens",
+        },
+        shown_by={"typical": f"{TYPICAL_EPS}", "consultant": f"{CONSULTANT_EPS}"},
+        used_by=("typical", "consultant"),
+    )
+    beta: float = opt(
+        0.2,
+        min=0.0,
+        max=1.0,
+        help="weight of the newest token in the EMA of the NLL",
+        used_by=("consultant",),
+    )
+    alpha: float = opt(
+        0.3, min=0.0, help="entropy factor of the typical acceptance threshold", used_by=("typical",)
+    )
+    vocab: int = opt(
+        0,
+        min=0,
+        help="draft LM head over the K most frequent tokens (0 = whole vocabulary; exactness is kept)",
+        used_by=MODEL_DRAFTERS,
+    )
+    lookup_first: bool = opt(
+        False,
+        help="draft by prompt lookup where a suffix n-gram (n >= 2) recurs, by the draft model only elsewhere (saves the draft's cost on repeated text; exactness is kept)",
+        used_by=MODEL_DRAFTERS,
+    )
 
     def validate(self) -> None:
         check_ngram_range(self.ngram_min, self.ngram_max)
