@@ -33,6 +33,7 @@ import torch
 
 from fastforward.core.acceptance import EXACT, Rule
 from fastforward.core.decoder import (
+    Cancelled,
     GenerationConfig,
     GenerationResult,
     Run,
@@ -401,7 +402,3 @@ class BatchDecoder:
         if req.error is None:
             req.result = GenerationResult(tokens=row.run.tokens, stats=stats)
         finished.append(req)
-
-
-class Cancelled(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """The request was cancelled before it finished."""

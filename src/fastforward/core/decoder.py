@@ -71,6 +71,11 @@ class GenerationConfig:
         self.sampling.validate()
 
 
+class Cancelled(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """A generation was stopped before it finished: the one cancellation type, raised by a token callback
+    (a server's client left) at batch 1 and recorded as a batch row's error by the batched scheduler."""
+
+
 class MissingInput(FastForwardError):
     """A method cannot be built with what it was given (no draft model, no trained heads).
 

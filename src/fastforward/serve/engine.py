@@ -36,9 +36,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastforward.core import batching
 from fastforward.core.batching import BatchDecoder, Request
-from fastforward.core.decoder import Decoder, GenerationConfig, GenerationResult, model_context_length
+from fastforward.core.decoder import (
+    Cancelled,
+    Decoder,
+    GenerationConfig,
+    GenerationResult,
+    model_context_length,
+)
 from fastforward.decoders.batched import batched
 from fastforward.decoders.registry import METHODS, available, build_decoder, option_names
 from fastforward.errors import FastForwardError
@@ -46,10 +51,6 @@ from fastforward.models.loading import LoadedModel
 from fastforward.serve.metrics import ServeMetrics
 
 log = logging.getLogger("fastforward.serve")
-
-
-class Cancelled(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Raised inside the token callback to end a generation whose job was cancelled."""
 
 
 class QueueFull(Exception):  # noqa: N818
@@ -444,7 +445,7 @@ class Engine:
         if req.result is not None:
             self.metrics.observe_generation(job.method, req.result.stats)
             self._finish(job, "done", Done(req.result))
-        elif isinstance(req.error, Cancelled | batching.Cancelled) or job.cancel.is_set():
+        elif isinstance(req.error, Cancelled) or job.cancel.is_set():
             self._finish(job, "cancelled", Aborted())
         elif isinstance(req.error, FastForwardError):
             self._finish(job, "failed", Failed(400, str(req.error)))
