@@ -34,7 +34,7 @@ def reference(smollm2, prompts) -> list[list[int]]:
     return [greedy_ar(smollm2.model, ids, N_TOKENS, smollm2.eos_token_ids) for ids in prompts]
 
 
-@pytest.mark.parametrize("method", ["jacobi", "lookahead", "pld", "layerskip", "qsd", "sd"])
+@pytest.mark.parametrize("method", ["jacobi", "lookahead", "pld", "recycle", "layerskip", "qsd", "sd"])
 def test_every_lossless_method_with_its_default_schedule_equals_ar(smollm2, prompts, reference, method):
     draft = smollm2 if method == "sd" else None  # a draft of the same model: a cheap, always-right draft
     dec = build_decoder(method, smollm2, draft, {})
@@ -42,6 +42,15 @@ def test_every_lossless_method_with_its_default_schedule_equals_ar(smollm2, prom
     cfg = greedy_config(N_TOKENS, smollm2.eos_token_ids)
     for ids, ref in zip(prompts, reference, strict=True):
         assert dec.generate(ids, cfg).tokens == ref
+
+
+def test_recycle_with_every_step_a_tree_on_real_prompts_equals_ar(smollm2, prompts, reference):
+    """The static template: every step whose anchor has a row verifies a tree (the default sizes trees by
+    this machine's costs and may take AR steps); one decoder, so later prompts read a matrix the earlier
+    ones filled."""
+    dec = build_decoder("recycle", smollm2, None, {"tree": "static"})
+    outs = _equal_to_ar(dec, smollm2, prompts, reference)
+    assert sum(sum(o.stats.extras["recycle_accepted_hist"][1:]) for o in outs) > 0
 
 
 def _equal_to_ar(dec, smollm2, prompts, reference) -> list:

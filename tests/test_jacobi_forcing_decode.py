@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
-from fastforward.decoders import jacobi as jacobi_module
 from fastforward.decoders.jacobi import (
     JacobiConfig,
     JacobiDecoder,
@@ -27,7 +26,7 @@ from fastforward.eval import distribution
 
 from .conftest import greedy_config, make_tiny
 from .test_jacobi import Spy, ar_reference
-from .test_tree_sampling import _wrong_verifier
+from .test_tree_sampling import break_tree_rule
 
 PROMPTS = ([1, 2, 3], [7, 8, 9, 10, 11, 3, 4], [5, 6, 7, 5, 6, 7, 5, 6], [3, 4])
 # (pool_size, max_blocks, spawn_ratio): recycling alone, multi-block alone (spawning early and late), both
@@ -246,6 +245,6 @@ def test_sampling_with_both_options_follows_the_target_distribution(sharp):
 
 
 def test_the_sampling_check_rejects_a_wrong_verifier(sharp, monkeypatch):
-    monkeypatch.setattr(jacobi_module, "accept_tree_sampled", _wrong_verifier)
+    break_tree_rule(monkeypatch)
     pvalues, _ = _pvalues(sharp.model, _sampler(sharp.model), N_SAMPLES // 2)
     assert min(pvalues) < ALPHA, f"a wrong verifier passed (p-values {pvalues}): the check has no power"

@@ -1,4 +1,4 @@
-"""Every lossless method samples from the target's own distribution: pld, lookahead, jacobi, chimera, and the
+"""Every lossless method samples from the target's own distribution: pld, lookahead, jacobi, recycle, chimera, and the
 draft-model methods sd, layerskip and qsd (sd-sample has its own module).
 
 Each method verifies deterministic guesses (prompt-lookup n-grams, pooled n-grams, the previous Jacobi
@@ -44,7 +44,7 @@ from .test_sd_sampling_distribution import (
     generate_all,
     pair_marginal,
 )
-from .test_tree_sampling import _wrong_verifier
+from .test_tree_sampling import break_tree_rule
 
 PROMPT = [1, 5, 3, 7, 1, 5, 3, 2, 1, 5, 3]  # repeats: prompt lookup and the n-gram pool find candidates
 
@@ -52,6 +52,8 @@ BUILDERS: dict[str, Callable[[LoadedModel], Decoder]] = {
     "pld": lambda t: build_decoder("pld", t, None, {"gamma": 3, "ngram_max": 2}),
     "lookahead": lambda t: build_decoder("lookahead", t, None, {"window": 3, "ngram": 3, "candidates": 4}),
     "jacobi": lambda t: build_decoder("jacobi", t, None, {"block_size": 4}),
+    # recycled top-k candidates: a tree every step whose anchor has a row
+    "recycle": lambda t: build_decoder("recycle", t, None, {"tree": "static", "topk": 4}),
     "chimera": lambda t: ChimeraDecoder(t.model, new_draft(t.model), ChimeraOptions()),
     # the heads' top-1 chain plus a prompt-lookup branch grafted where it leaves the chain
     "chimera-lookup": lambda t: ChimeraDecoder(
@@ -135,7 +137,7 @@ def test_method_samples_from_the_target_distribution(
 def test_the_check_rejects_a_wrong_tree_verifier(
     target: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chimera_module, "accept_tree_sampled", _wrong_verifier)
+    break_tree_rule(monkeypatch)
     joint = exact_joint(target, SamplingConfig(temperature=1.0), PROMPT)
     samples, _ = generate_all(BUILDERS["chimera"](target), 1.0, 0, N_SAMPLES // 2, prompt=PROMPT)
     pvalues = [
@@ -230,7 +232,7 @@ def test_unseeded_sampling_with_the_timing_driven_schedules_follows_the_target(
 def test_the_unseeded_check_rejects_a_wrong_verifier(
     target: LoadedModel, flipping_clock: FlippingClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chimera_module, "accept_tree_sampled", _wrong_verifier)
+    break_tree_rule(monkeypatch)
     joint = exact_joint(target, SamplingConfig(temperature=1.0), PROMPT)
     samples, widths = _unseeded(BUILDERS["chimera"](target), N_SAMPLES // 2)  # tree=auto, timed
     assert sum(n for w, n in widths.items() if w > 1) >= N_SAMPLES // 40

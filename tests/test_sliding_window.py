@@ -121,6 +121,7 @@ def test_baselines_equal_the_cache_free_reference(gemma, prompts, refs, method) 
     [
         ("jacobi", {"block_size": 4, "gate": "off"}),
         ("lookahead", {"gate": "off"}),
+        ("recycle", {"tree": "static"}),
         ("pld", {"gamma": 4, "gamma_auto": False}),
         ("layerskip", {"layers": 2, "gamma_auto": False}),
         ("qsd", {"gamma": 3, "bits": 4, "group_size": 32, "gamma_auto": False}),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastforward.core import acceptance
 from fastforward.core.acceptance import (
     ConsultantRule,
     accept_tree,
@@ -89,7 +90,7 @@ def test_tree_rejection_sampling_keeps_the_target_distribution(cfg: SamplingConf
     assert depths.count(2) > 0 or cfg.top_k or cfg.top_p < 1
 
 
-def _wrong_verifier(tokens, parents, logits, cfg, gen):
+def _wrong_verifier(tokens, parents, logits, cfg, gen, draft_probs=None):
     """Buggy on purpose: a rejected candidate stays in the distribution the extra token is drawn from."""
     children: dict[int, list[int]] = {}
     canon = merged_nodes(tokens, parents)
@@ -106,6 +107,13 @@ def _wrong_verifier(tokens, parents, logits, cfg, gen):
                 break
         else:
             return path, int(sample_from(p, gen))
+
+
+def break_tree_rule(monkeypatch) -> None:
+    """The control of the end-to-end sampling checks: every step of every method goes through the tree
+    rule (chains too, instead of their fast path), and the tree rule is :func:`_wrong_verifier`."""
+    monkeypatch.setattr(acceptance, "accept_tree_sampled", _wrong_verifier)
+    monkeypatch.setattr(acceptance, "is_chain", lambda parents: False)
 
 
 def test_the_check_rejects_a_verifier_that_forgets_the_residual() -> None:

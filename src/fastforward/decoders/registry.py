@@ -101,6 +101,11 @@ METHODS: dict[str, MethodSpec] = {
         ),  # fmt: skip
         MethodSpec("lookahead", "lookahead", "lookahead decoding: Jacobi window + n-gram pool verification"),
         MethodSpec(
+            "recycle",
+            "recycle",
+            "Token Recycling: a draft tree from the target's own earlier top-k candidates (no training, no draft)",
+        ),
+        MethodSpec(
             "sd", "speculative", "speculative decoding, draft model, exact greedy verification", needs=DRAFT
         ),  # fmt: skip
         MethodSpec(
