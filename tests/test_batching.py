@@ -17,6 +17,7 @@ from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.batched import ARProposer, batched
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
 from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
+from fastforward.decoders.recycle import RecycleDecoder, RecycleOptions
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
@@ -59,11 +60,12 @@ def _decoders(tiny):
             m, ModelDrafter(make_tiny(seed=3).model), EXACT, SpecConfig(gamma=3), "sd"
         ),
         "chimera": ChimeraDecoder(m, new_draft(m), ChimeraOptions()),
+        "recycle": RecycleDecoder(m, RecycleOptions(tree="static")),
     }
 
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-@pytest.mark.parametrize("method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera"])
+@pytest.mark.parametrize("method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera", "recycle"])
 def test_every_row_equals_unbatched_greedy_ar_on_tiny(method, layout):
     """Six prompts through four slots: rows of different lengths, later rows join as earlier ones finish,
     an EOS that occurs mid-generation (mid-block for the multi-token methods) ends only its own row."""
@@ -238,6 +240,8 @@ def test_methods_without_a_batched_path_say_so():
         batched(JacobiDecoder(tiny.model, JacobiConfig(pool_size=2)))
     with pytest.raises(FastForwardError, match="fixed gamma"):
         batched(build_decoder("pld", tiny, None, {"adaptive": True}))
+    with pytest.raises(FastForwardError, match="tree=static"):
+        batched(RecycleDecoder(tiny.model, RecycleOptions()))
     with pytest.raises(FastForwardError, match="drop lookup"):
         batched(ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(lookup=4)))
 

@@ -121,6 +121,7 @@ class Proposer:
     name: str = "proposer"
     hidden_states: bool = False  # the verify forward must return the target's last hidden states
     rule: Rule = EXACT  # how every row's guesses are judged (the configured method's rule)
+    wants_logits: bool = False  # observe() also takes the verify forward's logits (logits=[b] -> [m_b, V])
 
     def admit(self, row: Row, prefill: Any) -> None:
         """A new row, after its prefill (``prefill`` is the model output) and first committed token."""
@@ -361,7 +362,10 @@ class BatchDecoder:
             ok = self._commit(row, verdict.tokens(blk.tokens), width=len(blk.tokens))
             alive.append(ok and not row.run.done)
         self.layout.keep(paths)
-        self.proposer.observe(rows, drafts, paths, argmax, hidden)
+        if self.proposer.wants_logits:
+            self.proposer.observe(rows, drafts, paths, argmax, hidden, logits=logits)
+        else:
+            self.proposer.observe(rows, drafts, paths, argmax, hidden)
         if not all(alive):
             keep = [i for i, a in enumerate(alive) if a]
             for i, a in enumerate(alive):

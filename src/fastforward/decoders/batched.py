@@ -12,6 +12,7 @@ per-row state:
 | jacobi | :class:`JacobiProposer` | the block's current iterate (base or CLLM / Jacobi-Forcing-trained model) |
 | sd, layerskip, qsd | :class:`DraftModelProposer` | a row of the draft model's own ragged cache |
 | chimera | :class:`ChimeraProposer` | the draft's per-row state (context block KV, trigram LRU shared) |
+| recycle | :class:`RecycleProposer` | none: the decoder's adjacency matrix, shared (a seeded row: its own) |
 
 Every row is judged by the method's own acceptance rule (:class:`fastforward.core.acceptance.Rule`, the one
 batch 1 uses; a stateful rule such as Consultant's EMA is copied per row), so the lossy rules (typical,
@@ -38,7 +39,18 @@ from fastforward.core.engine import prefill as prefill_row
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.errors import FastForwardError
 
-BATCHED_METHODS = ("ar", "pld", "jacobi", "sd", "layerskip", "qsd", "typical", "consultant", "chimera")
+BATCHED_METHODS = (
+    "ar",
+    "pld",
+    "jacobi",
+    "recycle",
+    "sd",
+    "layerskip",
+    "qsd",
+    "typical",
+    "consultant",
+    "chimera",
+)
 
 
 class ARProposer(Proposer):
@@ -210,6 +222,47 @@ class ChimeraProposer(Proposer):
             row.state.observe(row.run.tokens[-len(path) :], hidden[b][path])
 
 
+class RecycleProposer(Proposer):
+    """Token Recycling per row: each row's tree grown from its anchor over the static template, from the
+    decoder's adjacency matrix (shared by the rows, so one row's forwards teach the others; a seeded row keeps
+    a matrix of its own so that its seed reproduces); every forward's top-k updates the rows it read."""
+
+    name = "recycle"
+    wants_logits = True
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+        self._anchors: list[int] = []
+
+    def _matrix(self, row: Row) -> Any:
+        return row.state if row.state is not None else self.decoder.matrix
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        from fastforward.decoders.recycle import Adjacency
+
+        if row.run.config.sampling.seeded:
+            row.state = Adjacency(self.decoder.vocab, self.decoder.options.topk)
+        matrix = self._matrix(row)
+        matrix.seed(row.request.prompt)
+        matrix.update(row.request.prompt[-1:], prefill.logits[0, -1:])
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        from fastforward.decoders.recycle import expand
+
+        self._anchors = [row.anchor for row in rows]
+        drafts = []
+        for row in rows:
+            tokens, parents, _ = expand(self.decoder.tree, row.anchor, self._matrix(row))
+            tokens, parents = tokens[: row.room], parents[: row.room]  # nodes past the cap would be cut
+            drafts.append(Draft(tokens[1:], [p - 1 for p in parents[1:]]))
+        return drafts
+
+    def observe(self, rows, drafts, paths, argmax, hidden, logits=None) -> None:
+        for b, (row, d) in enumerate(zip(rows, drafts, strict=True)):
+            fed = [self._anchors[b], *d.tokens]
+            self._matrix(row).update(fed, logits[b][: len(fed)])
+
+
 def batched(
     decoder: Decoder, max_batch_size: int = 8, token_budget: int = 0, layout: str = "padded"
 ) -> BatchDecoder:
@@ -241,6 +294,12 @@ def proposer_for(decoder: Decoder) -> Proposer:
         proposer: Proposer = ChimeraProposer(decoder.draft, decoder.tree, decoder.trigram_cache)
         proposer.rule = decoder.rule
         return proposer
+    if name == "recycle":
+        if decoder.options.tree != "static":
+            raise FastForwardError(
+                "batched recycle verifies the static template: pass tree=static (batch 1 sizes trees from costs)"
+            )
+        return RecycleProposer(decoder)
     if name in ("pld", "sd", "layerskip", "qsd", "typical", "consultant"):
         proposer = _speculative(decoder)
         proposer.rule = decoder.rule
