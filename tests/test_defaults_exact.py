@@ -34,7 +34,9 @@ def reference(smollm2, prompts) -> list[list[int]]:
     return [greedy_ar(smollm2.model, ids, N_TOKENS, smollm2.eos_token_ids) for ids in prompts]
 
 
-@pytest.mark.parametrize("method", ["jacobi", "lookahead", "pld", "recycle", "layerskip", "qsd", "sd"])
+@pytest.mark.parametrize(
+    "method", ["jacobi", "lookahead", "pld", "recycle", "suffix", "layerskip", "qsd", "sd"]
+)
 def test_every_lossless_method_with_its_default_schedule_equals_ar(smollm2, prompts, reference, method):
     draft = smollm2 if method == "sd" else None  # a draft of the same model: a cheap, always-right draft
     dec = build_decoder(method, smollm2, draft, {})

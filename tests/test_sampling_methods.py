@@ -1,4 +1,4 @@
-"""Every lossless method samples from the target's own distribution: pld, lookahead, jacobi, recycle, chimera, and the
+"""Every lossless method samples from the target's own distribution: pld, lookahead, jacobi, recycle, suffix, chimera, and the
 draft-model methods sd, layerskip and qsd (sd-sample has its own module).
 
 Each method verifies deterministic guesses (prompt-lookup n-grams, pooled n-grams, the previous Jacobi
@@ -54,6 +54,8 @@ BUILDERS: dict[str, Callable[[LoadedModel], Decoder]] = {
     "jacobi": lambda t: build_decoder("jacobi", t, None, {"block_size": 4}),
     # recycled top-k candidates: a tree every step whose anchor has a row
     "recycle": lambda t: build_decoder("recycle", t, None, {"tree": "static", "topk": 4}),
+    # suffix-trie continuations of the repetitive prompt (and, unseeded, of earlier outputs)
+    "suffix": lambda t: build_decoder("suffix", t, None, {"min_score": 0.0}),
     "chimera": lambda t: ChimeraDecoder(t.model, new_draft(t.model), ChimeraOptions()),
     # the heads' top-1 chain plus a prompt-lookup branch grafted where it leaves the chain
     "chimera-lookup": lambda t: ChimeraDecoder(

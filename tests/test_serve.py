@@ -333,6 +333,36 @@ def test_api_key_guards_every_endpoint_but_health(smollm2: LoadedModel) -> None:
         assert reply.usage.completion_tokens >= 1
 
 
+def test_each_api_key_learns_only_from_its_own_earlier_outputs(smollm2: LoadedModel) -> None:
+    """suffix keeps earlier outputs per API key: the same question asked again with key A copies A's first
+    answer (fewer forwards), while key B asking it starts as A's first request did (its own empty history);
+    with --share-history B copies A's answer too. Tokens are greedy AR's every time."""
+    body = {
+        "messages": OK["messages"],
+        "max_tokens": 24,
+        "fastforward": {"method": "suffix", "return_token_ids": True},
+    }
+
+    def forwards(srv, key: str) -> tuple[int, list[int]]:
+        r = httpx.post(srv.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"},
+                       timeout=300)  # fmt: skip
+        assert r.status_code == 200, r.text
+        ext = r.json()["fastforward"]
+        return ext["target_forwards"], ext["token_ids"]
+
+    reference = offline_ar(smollm2, OK["messages"], 24)
+    for share in (False, True):
+        engine = Engine(smollm2, method="ar", methods=["ar", "suffix"], max_queue=4)
+        app = create_app(engine, smollm2.tokenizer, smollm2.name, api_key="key-a, key-b", share_history=share)
+        with BackgroundServer(app) as srv:
+            a1, ids_a1 = forwards(srv, "key-a")
+            a2, ids_a2 = forwards(srv, "key-a")
+            b1, ids_b1 = forwards(srv, "key-b")
+        assert ids_a1 == ids_a2 == ids_b1 == reference
+        assert a2 < a1
+        assert (b1 < a1) if share else (b1 == a1), (share, a1, a2, b1)
+
+
 # --------------------------------------------------------------------------- load: cancel and queue
 
 

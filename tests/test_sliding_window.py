@@ -122,6 +122,7 @@ def test_baselines_equal_the_cache_free_reference(gemma, prompts, refs, method) 
         ("jacobi", {"block_size": 4, "gate": "off"}),
         ("lookahead", {"gate": "off"}),
         ("recycle", {"tree": "static"}),
+        ("suffix", {"min_score": 0.0}),
         ("pld", {"gamma": 4, "gamma_auto": False}),
         ("layerskip", {"layers": 2, "gamma_auto": False}),
         ("qsd", {"gamma": 3, "bits": 4, "group_size": 32, "gamma_auto": False}),

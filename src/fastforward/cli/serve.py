@@ -37,7 +37,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--api-key",
         default=os.environ.get("FASTFORWARD_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on every endpoint but /health (default: $FASTFORWARD_API_KEY)",
+        help="require 'Authorization: Bearer KEY' on every endpoint but /health; several keys separated by "
+        "commas (one per user: each key's requests only learn from its own earlier outputs, see "
+        "--share-history) (default: $FASTFORWARD_API_KEY)",
+    )
+    p.add_argument(
+        "--share-history",
+        action="store_true",
+        help="let requests of every API key learn from each other's earlier outputs (suffix's global trie); "
+        "default: each key keeps its own",
     )
     p.add_argument("--max-queue", type=int, default=64, help="requests that may wait; more get 429")
     p.add_argument(
@@ -109,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
     )
     engine.start()
     app = create_app(
-        engine, target.tokenizer, target.name, args.api_key, Defaults(args.max_new_tokens, sampling)
+        engine,
+        target.tokenizer,
+        target.name,
+        args.api_key,
+        Defaults(args.max_new_tokens, sampling),
+        share_history=args.share_history,
     )
     host, port = sock.getsockname()[:2]
     batch = f", batches of up to {args.max_batch_size}" if args.max_batch_size > 1 else ""

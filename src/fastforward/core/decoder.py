@@ -64,6 +64,9 @@ class GenerationConfig:
     max_new_tokens: int = 128
     eos_token_ids: tuple[int, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # whose earlier requests this one may learn from: a method that keeps text across requests (suffix's
+    # global trie) keeps it per scope; a server sets one per API key unless told to share
+    scope: str = ""
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:

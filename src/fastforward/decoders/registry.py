@@ -101,6 +101,11 @@ METHODS: dict[str, MethodSpec] = {
         ),  # fmt: skip
         MethodSpec("lookahead", "lookahead", "lookahead decoding: Jacobi window + n-gram pool verification"),
         MethodSpec(
+            "suffix",
+            "suffix",
+            "SuffixDecoding: draft trees from suffix tries over the prompt and earlier outputs (no training, no draft)",
+        ),
+        MethodSpec(
             "recycle",
             "recycle",
             "Token Recycling: a draft tree from the target's own earlier top-k candidates (no training, no draft)",

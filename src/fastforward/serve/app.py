@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -227,8 +228,14 @@ def create_app(
     model_name: str,
     api_key: str | None = None,
     defaults: Defaults = Defaults(),  # noqa: B008 - frozen, shared safely
+    share_history: bool = False,
 ) -> FastAPI:
-    """The FastAPI app serving ``engine`` under ``model_name``; the worker starts and stops with the app."""
+    """The FastAPI app serving ``engine`` under ``model_name``; the worker starts and stops with the app.
+
+    ``api_key``: one key, or several separated by commas (one per user). Each request runs in its key's
+    *scope* (``GenerationConfig.scope``), so what a method keeps across requests (suffix's earlier outputs)
+    is never read by another key's requests; ``share_history`` puts every key in one scope."""
+    keys = [k.strip() for k in (api_key or "").split(",") if k.strip()] or None  # none given: no auth
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -261,13 +268,19 @@ def create_app(
         return JSONResponse(APIError(500, "internal server error", "server_error").body(), status_code=500)
 
     def authorize(request: Request) -> None:
-        if api_key is None:
+        request.state.scope = ""
+        if keys is None:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+        given = token.strip().encode()
+        # every key compared (constant time each), so the time taken does not say which key was close
+        matched = [k for k in keys if hmac.compare_digest(given, k.encode())]
+        if scheme.lower() != "bearer" or not matched:
             raise APIError(
                 401, "invalid or missing API key (send Authorization: Bearer KEY)", code="invalid_api_key"
             )
+        if not share_history:  # a digest, so the key itself is never kept with the text
+            request.state.scope = hashlib.sha256(matched[0].encode()).hexdigest()[:16]
 
     auth = [Depends(authorize)]
 
@@ -305,7 +318,7 @@ def create_app(
     async def completions(request: Request) -> Response:
         return await generate(request, parse_completion(await read_json(request)))
 
-    def prepare(req: GenerationRequest, arrival: float) -> Reply:
+    def prepare(req: GenerationRequest, arrival: float, scope: str = "") -> Reply:
         """Everything that can be checked before queueing: model, prompt, context, sampling, method."""
         if req.model is not None and req.model != model_name:
             raise bad(
@@ -334,7 +347,7 @@ def create_app(
             seed=d.seed if req.seed is None else req.seed,
         )
         eos = () if req.ignore_eos else engine.target.eos_token_ids
-        config = GenerationConfig(req.max_tokens or min(defaults.max_tokens, room), eos, sampling)
+        config = GenerationConfig(req.max_tokens or min(defaults.max_tokens, room), eos, sampling, scope)
         try:
             config.validate()
             method, options = engine.resolve(req.method, req.options)
@@ -357,7 +370,7 @@ def create_app(
         return list(tokenizer(req.prompt)["input_ids"])
 
     async def generate(request: Request, req: GenerationRequest) -> Response:
-        reply = prepare(req, time.perf_counter())
+        reply = prepare(req, time.perf_counter(), getattr(request.state, "scope", ""))
         try:
             engine.submit(reply.job)
         except QueueFull as e:

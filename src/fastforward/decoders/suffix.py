@@ -1,0 +1,322 @@
+"""SuffixDecoding (Oliaro et al., 2024, arXiv 2411.04975; vLLM's speculative method ``suffix``): draft trees
+from suffix trees over the prompt and over earlier outputs, without training or a draft model.
+
+Two bounded-depth suffix tries (every substring of up to ``depth`` tokens, with how often it occurred) hold the
+text to copy from: one over this request's prompt and output, grown online as tokens commit, and a *global*
+one over earlier outputs of the same scope (a server's API key; ``GenerationConfig.scope``), bounded by a
+count of outputs with least-recently-added eviction. Each step matches the longest suffix of the committed
+text (at most ``max_match`` tokens) in each trie, and grows a draft tree from the match best-first: a child's
+score is its parent's times the child's share of the parent's occurrences (the empirical chance that the text
+continues that way). The speculation budget follows how well the match is supported: at most
+``spec_factor * match length`` nodes, and never a node scored below ``min_score``. Of the two tries' trees the
+one with more expected tokens is verified.
+
+Cost sizing: the nodes come out best-first, so every prefix of that order is a tree; the step verifies the
+prefix with the most expected tokens per millisecond on this machine's measured k-token forward cost
+(``1 + sum of scores`` tokens for ``curve(n + 1)``), and takes a plain AR step when no prefix beats one. So
+it does not plan to run below AR at high cost per width, the failure vLLM's documentation warns of.
+
+Lossless: the drafts are deterministic guesses judged by the one exact rule (identical to greedy AR;
+recursive rejection sampling over point masses when sampling). A seeded request reads its own trie only
+(the global one changes with other requests), so a seed reproduces.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fastforward.core.acceptance import EXACT
+from fastforward.core.decoder import Decoder, Run, Timer
+from fastforward.core.engine import Block
+from fastforward.core.options import build_config, check_config, opt
+from fastforward.core.sampling import make_generator, select_token
+from fastforward.errors import FastForwardError
+from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
+
+
+@dataclass(frozen=True)
+class SuffixOptions:
+    depth: int = opt(24, min=2, max=256, help="longest substring a suffix trie holds (match + continuation)")
+    max_match: int = opt(12, min=1, help="longest suffix of the committed text matched in a trie")
+    spec_factor: float = opt(2.0, min=0.0, help="most drafted nodes per step: spec_factor x match length")
+    min_score: float = opt(
+        0.05, min=0.0, max=1.0, help="leave out nodes whose estimated chance is below this"
+    )
+    max_nodes: int = opt(32, min=1, help="most drafted nodes per verify forward")
+    outputs: int = opt(
+        256,
+        min=0,
+        help="earlier outputs kept per scope in the global trie (oldest evicted; 0 = no global trie)",
+    )
+    scopes: int = opt(
+        64, min=1, help="scopes (a server's API keys) with a global trie kept (least recent evicted)"
+    )
+
+    def validate(self) -> None:
+        if self.max_match >= self.depth:
+            raise FastForwardError(
+                f"suffix: max_match ({self.max_match}) must be < depth ({self.depth}): a match needs room to continue"
+            )
+
+
+class _Node:
+    __slots__ = ("children", "count")
+
+    def __init__(self) -> None:
+        self.children: dict[int, _Node] = {}
+        self.count = 0
+
+
+class SuffixTrie:
+    """Every substring of at most ``depth`` tokens of the sequences added, as paths from the root, each node
+    counting the substring's occurrences. Grown online: :meth:`extend` appends a token to the current sequence
+    (its suffixes of up to ``depth`` tokens each gain that token); :meth:`add` and :meth:`remove` take a whole
+    sequence (the global trie's outputs)."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.root = _Node()
+        self.nodes = 1
+        self._open: deque[_Node] = deque()  # nodes of the current sequence's last suffixes (extend)
+
+    def extend(self, token: int) -> None:
+        self._open.append(self.root)
+        moved: deque[_Node] = deque()
+        for node in self._open:
+            child = node.children.get(token)
+            if child is None:
+                child = node.children[token] = _Node()
+                self.nodes += 1
+            child.count += 1
+            moved.append(child)
+        if len(moved) > self.depth - 1:  # a suffix at full depth grows no further
+            moved.popleft()
+        self._open = moved
+
+    def end_sequence(self) -> None:
+        self._open.clear()
+
+    def add(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            self.extend(int(t))
+        self.end_sequence()
+
+    def remove(self, tokens: Sequence[int]) -> None:
+        """Undo :meth:`add` of the same sequence: decrement its substrings, drop nodes that reach zero."""
+        tokens = [int(t) for t in tokens]
+        for i in range(len(tokens)):
+            node, path = self.root, []
+            for t in tokens[i : i + self.depth]:
+                child = node.children[t]
+                path.append((node, t, child))
+                node = child
+            for _, _, child in path:
+                child.count -= 1
+            for parent, t, child in reversed(path):
+                if child.count <= 0 and t in parent.children:
+                    self.nodes -= _size(child)
+                    del parent.children[t]
+
+    def match(self, context: Sequence[int], max_len: int) -> tuple[_Node | None, int]:
+        """The node of the longest suffix of ``context`` (at most ``max_len`` tokens) that occurs, with its
+        length; (None, 0) when not even the last token occurs with a continuation."""
+        for n in range(min(max_len, len(context)), 0, -1):
+            node: _Node | None = self.root
+            for t in context[len(context) - n :]:
+                node = node.children.get(int(t))
+                if node is None:
+                    break
+            if node is not None and node.children:
+                return node, n
+        return None, 0
+
+
+def _size(node: _Node) -> int:
+    return 1 + sum(_size(c) for c in node.children.values())
+
+
+def grow_tree(node: _Node, budget: int, min_score: float) -> tuple[list[int], list[int], list[float]]:
+    """Best-first draft tree below a matched node: at most ``budget`` nodes, each scored by its parent's score
+    times its share of the parent's occurrences, none below ``min_score``. Returns (tokens, parents, scores)
+    of the drafted nodes in the order taken (parents index this list, -1 = the anchor); every prefix of that
+    order is a tree, scores never increase along it."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    scores: list[float] = []
+    heap: list[tuple[float, int, int, int, _Node]] = []
+    tie = 0
+
+    def push(parent_node: _Node, parent_index: int, parent_score: float) -> None:
+        nonlocal tie
+        total = sum(c.count for c in parent_node.children.values())
+        for t, c in parent_node.children.items():
+            s = parent_score * c.count / total
+            if s >= min_score:
+                heapq.heappush(heap, (-s, tie, parent_index, t, c))
+                tie += 1
+
+    push(node, -1, 1.0)
+    while heap and len(tokens) < budget:
+        neg, _, parent, t, child = heapq.heappop(heap)
+        tokens.append(t)
+        parents.append(parent)
+        scores.append(-neg)
+        push(child, len(tokens) - 1, -neg)
+    return tokens, parents, scores
+
+
+def best_prefix(scores: Sequence[float], verify_ms: Callable[[int], float]) -> tuple[int, float]:
+    """How many of the best-first nodes to verify: the prefix with the most expected tokens per ms (1 + the
+    sum of its scores, for a forward of n + 1 tokens), and that rate; n = 0 is the plain AR step."""
+    best_n, best_rate, expected = 0, 1.0 / verify_ms(1), 1.0
+    for n, s in enumerate(scores, start=1):
+        expected += s
+        rate = expected / verify_ms(n + 1)
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n, best_rate
+
+
+class GlobalTries:
+    """Per scope, a suffix trie over that scope's last ``outputs`` outputs; at most ``scopes`` scopes, least
+    recently used evicted. Memory is bounded by outputs x (tokens per output) x depth nodes per scope."""
+
+    def __init__(self, depth: int, outputs: int, scopes: int) -> None:
+        self.depth, self.outputs, self.scopes = depth, outputs, scopes
+        self._tries: OrderedDict[str, tuple[SuffixTrie, deque[list[int]]]] = OrderedDict()
+
+    def get(self, scope: str) -> SuffixTrie | None:
+        entry = self._tries.get(scope)
+        if entry is None:
+            return None
+        self._tries.move_to_end(scope)
+        return entry[0]
+
+    def add(self, scope: str, tokens: list[int]) -> None:
+        if self.outputs == 0 or not tokens:
+            return
+        if scope not in self._tries:
+            self._tries[scope] = (SuffixTrie(self.depth), deque())
+            while len(self._tries) > self.scopes:
+                self._tries.popitem(last=False)
+        trie, kept = self._tries[scope]
+        self._tries.move_to_end(scope)
+        trie.add(tokens)
+        kept.append(tokens)
+        while len(kept) > self.outputs:
+            trie.remove(kept.popleft())
+
+    def nodes(self) -> int:
+        return sum(trie.nodes for trie, _ in self._tries.values())
+
+    def clear(self) -> None:
+        self._tries.clear()
+
+
+class SuffixDecoder(Decoder):
+    name = "suffix"
+
+    def __init__(self, model: torch.nn.Module, options: SuffixOptions, verify_curve=None) -> None:
+        """``verify_curve``: ms of a k-token forward of ``model`` on this machine (the per-machine cached curve
+        from :func:`build`; measured here, uncached, on first use if not given)."""
+        super().__init__(model)
+        self.options = check_config(options, self.name)
+        impl = getattr(model.config, "_attn_implementation", "sdpa")
+        if impl and "flash" in str(impl):
+            raise FastForwardError(f"suffix needs 4D tree masks; attention '{impl}' does not take them")
+        self.verify_curve = verify_curve
+        self.global_tries = GlobalTries(options.depth, options.outputs, options.scopes)
+
+    def reset(self) -> None:
+        """Forget every earlier output (all scopes)."""
+        self.global_tries.clear()
+
+    def _draft(
+        self, context: list[int], tries: list[SuffixTrie]
+    ) -> tuple[list[int], list[int], list[float], int, int]:
+        """The better of the tries' trees for this step (best-first), its match length and which trie."""
+        o = self.options
+        best: tuple[list[int], list[int], list[float], int, int] = ([], [], [], 0, 0)
+        for i, trie in enumerate(tries):
+            node, n = trie.match(context, o.max_match)
+            if node is None:
+                continue
+            budget = min(o.max_nodes, math.floor(o.spec_factor * n))
+            tokens, parents, scores = grow_tree(node, budget, o.min_score)
+            if sum(scores) > sum(best[2]):
+                best = (tokens, parents, scores, n, i)
+        return best
+
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        o, stats, config = self.options, run.stats, run.config
+        sampling = config.sampling
+        gen = make_generator(sampling, self.device)
+        if self.verify_curve is None:
+            self.verify_curve = interpolate(measure_curve(self.model))
+        prompt = prompt_ids[0].tolist()
+        local = SuffixTrie(o.depth)
+        with Timer(stats, "draft_time_s"):
+            for t in prompt:
+                local.extend(t)
+        # a seed must reproduce: earlier outputs (which other requests change) are not read then
+        shared = None if sampling.seeded else self.global_tries.get(config.scope)
+        tries = [local] if shared is None else [local, shared]
+
+        engine, out = self.prefill(prompt_ids, run)
+        token = int(select_token(out.logits[0, -1], sampling, gen))
+        run.commit([token])
+        local.extend(token)
+        steps = ar_steps = drafted = match_sum = from_global = 0
+        hist: list[int] = []
+        while not run.done:
+            with Timer(stats, "draft_time_s"):
+                context = (prompt + run.tokens)[-o.max_match :]
+                toks, pars, scores, n_match, source = self._draft(context, tries)
+                n, _ = best_prefix(scores, self.verify_curve)
+                toks, pars = toks[:n], pars[:n]
+            nodes = [token, *toks]
+            parents = [-1, *(p + 1 for p in pars)]
+            fwd = engine.forward([Block(nodes, parents)])
+            verdict = EXACT.verify(nodes, parents, fwd.logits[0], sampling, gen, argmax=fwd.argmax[0])
+            engine.keep([verdict.path])
+            new = run.commit(verdict.tokens(nodes), width=len(nodes))
+            with Timer(stats, "draft_time_s"):
+                for t in new:
+                    local.extend(t)
+            token = verdict.token
+            if n:
+                steps += 1
+                drafted += n
+                match_sum += n_match
+                from_global += source
+                hist.extend([0] * (verdict.accepted + 1 - len(hist)))
+                hist[verdict.accepted] += 1
+            else:
+                ar_steps += 1
+        # this output (with the prompt's end it continued) becomes text later requests of the scope copy
+        self.global_tries.add(config.scope, prompt[-o.max_match :] + run.tokens)
+        stats.extras.update(
+            {
+                "suffix_tree_steps": steps,
+                "suffix_ar_steps": ar_steps,  # no match, or no tree beat an AR step on this machine
+                "suffix_drafted": drafted,
+                "suffix_match_sum": match_sum,  # / suffix_tree_steps = mean match length
+                "suffix_accepted_hist": hist,
+                "suffix_global": int(shared is not None),  # earlier outputs of this scope were read
+                "suffix_from_global": from_global,  # tree steps drafted from earlier outputs
+            }
+        )
+
+
+def build(name: str, target, draft, options: dict) -> SuffixDecoder:
+    opts = build_config(SuffixOptions, options, name)
+    return SuffixDecoder(target.model, opts, interpolate(cached_curve(target, ks=KS)))
+
+
+OPTIONS = SuffixOptions
