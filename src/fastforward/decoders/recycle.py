@@ -163,6 +163,11 @@ class RecycleDecoder(Decoder):
         """Forget every recycled candidate (a server's operator, or a bench between workloads)."""
         self.matrix.reset()
 
+    def reopen_estimates(self) -> None:
+        """A bench's warm-up ran the measured prompts' first one: what it taught must not speed up the
+        measured run, so it is forgotten like the other methods' timing estimates."""
+        self.reset()
+
     def _sizer(self, timed: bool) -> TreeSizer | None:
         if self.options.tree != "auto":
             return None
