@@ -183,6 +183,9 @@ def test_sampling_commits_every_token_and_skips_the_fixed_point_measures():
 # --------------------------------------------------------------------------- real model
 
 
+# slow: real-prompt Jacobi exactness runs by default in tests/test_defaults_exact.py (the default gate and a
+# random gate schedule, so parallel steps too); this fixed-schedule pass is the heavier duplicate (44 s)
+@pytest.mark.slow
 @pytest.mark.parametrize("half", HALVES)
 def test_jacobi_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, half):
     """12 real prompts (the other 12 under the slow marker); 21 new tokens = prefill + one block of 16 + a cut

@@ -148,6 +148,8 @@ def test_eos_inside_accepted_ngram_stops_where_ar_does():
 # --------------------------------------------------------------------------- real model
 
 
+# slow: covered by default in tests/test_defaults_exact.py (the default gate and a random gate schedule)
+@pytest.mark.slow
 @pytest.mark.parametrize("half", HALVES)
 def test_lookahead_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, half):
     """12 real prompts (the other 12 under the slow marker)."""

@@ -46,6 +46,8 @@ def test_pld_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, half):
     assert proposed > 0 and 0 < accepted < proposed  # both verdicts exercised
 
 
+# slow: covered by default in tests/test_defaults_exact.py (gamma_auto, and random draft lengths 0 included)
+@pytest.mark.slow
 @pytest.mark.parametrize("half", HALVES)
 def test_layerskip_equals_greedy_ar_fp32_real_prompts(smollm2, real_prompts, half):
     dec = build_decoder("layerskip", smollm2, None, {"layers": 26, "gamma": 3, "gamma_auto": False})
