@@ -281,7 +281,8 @@ class SuffixDecoder(Decoder):
         hist: list[int] = []
         while not run.done:
             with Timer(stats, "draft_time_s"):
-                context = (prompt + run.tokens)[-o.max_match :]
+                # the last max_match committed tokens, without copying the whole sequence every step
+                context = (prompt[-o.max_match :] + run.tokens[-o.max_match :])[-o.max_match :]
                 toks, pars, scores, n_match, source = self._draft(context, tries)
                 n, _ = best_prefix(scores, self.verify_curve)
                 toks, pars = toks[:n], pars[:n]
