@@ -21,10 +21,13 @@ from fastforward.decoders.recycle import RecycleDecoder, RecycleOptions
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
+from fastforward.decoders.suffix import SuffixDecoder, SuffixOptions
 from fastforward.errors import FastForwardError
 
 from .conftest import HALVES, greedy_ar, greedy_config, make_tiny
 from .test_chimera_decode import OracleDraft
+
+FREE = lambda k: 1.0  # noqa: E731 - a machine where a wide forward costs what a narrow one does
 
 # prompts of different lengths; a repeated pattern so that prompt lookup finds matches
 PROMPTS = [
@@ -61,11 +64,16 @@ def _decoders(tiny):
         ),
         "chimera": ChimeraDecoder(m, new_draft(m), ChimeraOptions()),
         "recycle": RecycleDecoder(m, RecycleOptions(tree="static")),
+        # tree=auto on a flat cost curve: every row sizes its own tree, wide ones pay
+        "recycle-auto": RecycleDecoder(m, RecycleOptions(), verify_curve=FREE),
+        "suffix": SuffixDecoder(m, SuffixOptions(), verify_curve=FREE),
     }
 
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-@pytest.mark.parametrize("method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera", "recycle"])
+@pytest.mark.parametrize(
+    "method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera", "recycle", "recycle-auto", "suffix"]
+)
 def test_every_row_equals_unbatched_greedy_ar_on_tiny(method, layout):
     """Six prompts through four slots: rows of different lengths, later rows join as earlier ones finish,
     an EOS that occurs mid-generation (mid-block for the multi-token methods) ends only its own row."""
@@ -240,8 +248,6 @@ def test_methods_without_a_batched_path_say_so():
         batched(JacobiDecoder(tiny.model, JacobiConfig(pool_size=2)))
     with pytest.raises(FastForwardError, match="fixed gamma"):
         batched(build_decoder("pld", tiny, None, {"adaptive": True}))
-    with pytest.raises(FastForwardError, match="tree=static"):
-        batched(RecycleDecoder(tiny.model, RecycleOptions()))
     with pytest.raises(FastForwardError, match="drop lookup"):
         batched(ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(lookup=4)))
 
@@ -322,3 +328,29 @@ def test_throughput_bench_reports_every_method_against_batched_ar_and_generate()
         assert r["latency_p50_s"] <= r["latency_p90_s"]
     assert res["pld"]["batch"]["max_rows"] == 4 and 0 <= res["pld"]["batch"]["padding_share"] < 1
     assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0 and percentile([], 0.9) == 0.0
+
+
+def test_batched_suffix_and_recycle_draft_per_row_and_share_what_they_learn():
+    """Batched suffix drafts from each row's own trie and, once a request finished, from its scope's global
+    trie (a repeated prompt copies its earlier output, across batch and batch-1 use of one decoder); batched
+    recycle with tree=auto sizes a tree per row and takes AR steps where a machine's wide forward costs
+    linearly more (no tree pays there), as batch 1 does."""
+    tiny = make_tiny()
+    cfg = greedy_config(24)
+    ref = _reference(tiny.model, PROMPTS[:3], cfg)
+    dec = SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=FREE)
+    first, reqs1, _ = _run(dec, PROMPTS[:3], cfg, batch_size=3)
+    again, reqs2, _ = _run(dec, PROMPTS[:3], cfg, batch_size=3)
+    assert first == again == ref
+    assert all(r.result.stats.extras["suffix_global"] == 1 for r in reqs2)
+    assert sum(r.result.stats.extras["suffix_from_global"] for r in reqs2) > 0
+    fwd = lambda reqs: sum(r.result.stats.target_forwards for r in reqs)  # noqa: E731
+    assert fwd(reqs2) < fwd(reqs1)
+    assert dec.generate(PROMPTS[0], cfg).stats.extras["suffix_global"] == 1  # batch 1 reads the same trie
+    flat = RecycleDecoder(tiny.model, RecycleOptions(), verify_curve=FREE)
+    got, reqs, _ = _run(flat, PROMPTS[:3], cfg, batch_size=3)
+    assert got == ref and sum(r.result.stats.extras["recycle_tree_steps"] for r in reqs) > 0
+    linear = RecycleDecoder(tiny.model, RecycleOptions(), verify_curve=lambda k: float(k))
+    got, reqs, _ = _run(linear, PROMPTS[:3], cfg, batch_size=3)
+    assert got == ref
+    assert all(r.result.stats.extras["recycle_tree_steps"] == 0 for r in reqs)

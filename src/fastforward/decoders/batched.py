@@ -12,7 +12,8 @@ per-row state:
 | jacobi | :class:`JacobiProposer` | the block's current iterate (base or CLLM / Jacobi-Forcing-trained model) |
 | sd, layerskip, qsd | :class:`DraftModelProposer` | a row of the draft model's own ragged cache |
 | chimera | :class:`ChimeraProposer` | the draft's per-row state (context block KV, trigram LRU shared) |
-| recycle | :class:`RecycleProposer` | none: the decoder's adjacency matrix, shared (a seeded row: its own) |
+| recycle | :class:`RecycleProposer` | the decoder's adjacency matrix, shared (a seeded row: its own); a tree sizer |
+| suffix | :class:`SuffixProposer` | a suffix trie over the row's text; the scope's global trie, shared |
 
 Every row is judged by the method's own acceptance rule (:class:`fastforward.core.acceptance.Rule`, the one
 batch 1 uses; a stateful rule such as Consultant's EMA is copied per row), so the lossy rules (typical,
@@ -44,6 +45,7 @@ BATCHED_METHODS = (
     "pld",
     "jacobi",
     "recycle",
+    "suffix",
     "sd",
     "layerskip",
     "qsd",
@@ -223,9 +225,14 @@ class ChimeraProposer(Proposer):
 
 
 class RecycleProposer(Proposer):
-    """Token Recycling per row: each row's tree grown from its anchor over the static template, from the
-    decoder's adjacency matrix (shared by the rows, so one row's forwards teach the others; a seeded row keeps
-    a matrix of its own so that its seed reproduces); every forward's top-k updates the rows it read."""
+    """Token Recycling per row: each row's tree grown from its anchor, from the decoder's adjacency matrix
+    (shared by the rows, so one row's forwards teach the others; a seeded row keeps a matrix of its own so
+    that its seed reproduces); every forward's top-k updates the rows it read.
+
+    ``tree=static`` verifies the template every step; ``tree=auto`` (the default) gives each row its own
+    :class:`~fastforward.chimera.tree.TreeSizer` on the machine's batch-1 cost curve, untimed (a batch
+    forward's time is shared by rows, so no row's measured cost is its own): a row whose best tree does not
+    beat an AR step on that curve feeds its anchor alone."""
 
     name = "recycle"
     wants_logits = True
@@ -235,13 +242,23 @@ class RecycleProposer(Proposer):
         self._anchors: list[int] = []
 
     def _matrix(self, row: Row) -> Any:
-        return row.state if row.state is not None else self.decoder.matrix
+        return row.state["matrix"] if row.state["matrix"] is not None else self.decoder.matrix
 
     def admit(self, row: Row, prefill: Any) -> None:
         from fastforward.decoders.recycle import Adjacency
 
-        if row.run.config.sampling.seeded:
-            row.state = Adjacency(self.decoder.vocab, self.decoder.options.topk)
+        own = (
+            Adjacency(self.decoder.vocab, self.decoder.options.topk)
+            if row.run.config.sampling.seeded
+            else None
+        )
+        row.state = {
+            "matrix": own,
+            "sizer": self.decoder._sizer(timed=False),
+            "tree": 0,
+            "ar": 0,
+            "drafted": 0,
+        }
         matrix = self._matrix(row)
         matrix.seed(row.request.prompt)
         matrix.update(row.request.prompt[-1:], prefill.logits[0, -1:])
@@ -252,15 +269,113 @@ class RecycleProposer(Proposer):
         self._anchors = [row.anchor for row in rows]
         drafts = []
         for row in rows:
-            tokens, parents, _ = expand(self.decoder.tree, row.anchor, self._matrix(row))
+            st, tree = row.state, self.decoder.tree
+            sizer = st["sizer"]
+            if sizer is not None:
+                tree, rate = sizer.choose()
+                if rate * (sizer.observe_ms + sizer.verify_ms(1)) < 1.0:  # no tree beats an AR step
+                    st["ar"] += 1
+                    drafts.append(Draft())
+                    continue
+            tokens, parents, _ = expand(tree, row.anchor, self._matrix(row))
             tokens, parents = tokens[: row.room], parents[: row.room]  # nodes past the cap would be cut
+            st["tree" if len(tokens) > 1 else "ar"] += 1
+            st["drafted"] += len(tokens) - 1
             drafts.append(Draft(tokens[1:], [p - 1 for p in parents[1:]]))
         return drafts
 
     def observe(self, rows, drafts, paths, argmax, hidden, logits=None) -> None:
-        for b, (row, d) in enumerate(zip(rows, drafts, strict=True)):
+        depth = self.decoder.options.depth
+        for b, (row, d, path) in enumerate(zip(rows, drafts, paths, strict=True)):
             fed = [self._anchors[b], *d.tokens]
-            self._matrix(row).update(fed, logits[b][: len(fed)])
+            matrix, sizer = self._matrix(row), row.state["sizer"]
+            new = row.run.tokens[-len(path) :]
+            # each level's row as it stood when the tree was grown (what every rank would have scored)
+            seen = matrix.rows([fed[0], *new[:-1]][:depth]) if sizer is not None else []
+            matrix.update(fed, logits[b][: len(fed)])
+            if sizer is not None and not row.run.done:
+                sizer.observe(new, seen, len(fed), 0.0, 0.0, 0.0)
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        st = row.state or {}
+        return {
+            "recycle_tree_steps": st.get("tree", 0),
+            "recycle_ar_steps": st.get("ar", 0),
+            "recycle_drafted": st.get("drafted", 0),
+        }
+
+
+class SuffixProposer(Proposer):
+    """SuffixDecoding per row: a suffix trie over the row's prompt and output, grown as it commits, beside the
+    decoder's global trie of the request's scope (not read by a seeded row, as at batch 1); each step the
+    better tree of the two, cut to the prefix that pays on the machine's batch-1 cost curve. A finished row's
+    output joins its scope's global trie, so later requests (batched or not) copy from it."""
+
+    name = "suffix"
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        from fastforward.decoders.suffix import SuffixTrie
+
+        d = self.decoder
+        local = SuffixTrie(d.options.depth)
+        for t in row.sequence:
+            local.extend(t)
+        cfg = row.run.config
+        shared = None if cfg.sampling.seeded else d.global_tries.get(cfg.scope)
+        tries = [local] if shared is None else [local, shared]
+        row.state = {
+            "local": local,
+            "tries": tries,
+            "seen": len(row.run.tokens),
+            "global": int(shared is not None),
+        }
+        row.state.update(tree=0, ar=0, drafted=0, match=0, from_global=0)
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        from fastforward.decoders.suffix import best_prefix
+
+        d = self.decoder
+        m = d.options.max_match
+        drafts = []
+        for row in rows:
+            st = row.state
+            context = (row.request.prompt[-m:] + row.run.tokens[-m:])[-m:]
+            toks, pars, scores, n_match, source = d._draft(context, st["tries"])
+            n, _ = best_prefix(scores, d.verify_curve)
+            n = min(n, max(row.room - 1, 0))  # a best-first prefix is still a tree
+            if n:
+                st["tree"] += 1
+                st["drafted"] += n
+                st["match"] += n_match
+                st["from_global"] += source
+            else:
+                st["ar"] += 1
+            drafts.append(Draft(toks[:n], pars[:n]))
+        return drafts
+
+    def observe(self, rows, drafts, paths, argmax, hidden) -> None:
+        for row in rows:
+            st = row.state
+            for t in row.run.tokens[st["seen"] :]:
+                st["local"].extend(t)
+            st["seen"] = len(row.run.tokens)
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        d, run = self.decoder, row.run
+        if row.request.error is None:  # a finished output becomes text later requests of its scope copy
+            d.global_tries.add(run.config.scope, row.request.prompt[-d.options.max_match :] + run.tokens)
+        st = row.state or {}
+        return {
+            "suffix_tree_steps": st.get("tree", 0),
+            "suffix_ar_steps": st.get("ar", 0),
+            "suffix_drafted": st.get("drafted", 0),
+            "suffix_match_sum": st.get("match", 0),
+            "suffix_global": st.get("global", 0),
+            "suffix_from_global": st.get("from_global", 0),
+        }
 
 
 def batched(
@@ -295,11 +410,13 @@ def proposer_for(decoder: Decoder) -> Proposer:
         proposer.rule = decoder.rule
         return proposer
     if name == "recycle":
-        if decoder.options.tree != "static":
-            raise FastForwardError(
-                "batched recycle verifies the static template: pass tree=static (batch 1 sizes trees from costs)"
-            )
         return RecycleProposer(decoder)
+    if name == "suffix":
+        if decoder.verify_curve is None:
+            from fastforward.models.costs import interpolate, measure_curve
+
+            decoder.verify_curve = interpolate(measure_curve(decoder.model))
+        return SuffixProposer(decoder)
     if name in ("pld", "sd", "layerskip", "qsd", "typical", "consultant"):
         proposer = _speculative(decoder)
         proposer.rule = decoder.rule

@@ -139,6 +139,16 @@ def expand(tree: Tree, anchor: int, adjacency: Adjacency) -> tuple[list[int], li
     return tokens, parents, depth
 
 
+def logits_width(model: torch.nn.Module) -> int:
+    """How many logits a forward returns: the output head's rows, or the config's vocabulary where the head
+    holds no plain weight (a prepacked or quantized head)."""
+    weight = getattr(model.get_output_embeddings(), "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return int(weight.shape[0])
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(cfg.vocab_size)
+
+
 class RecycleDecoder(Decoder):
     name = "recycle"
 
@@ -153,7 +163,7 @@ class RecycleDecoder(Decoder):
         if impl and "flash" in str(impl):
             raise FastForwardError(f"recycle needs 4D tree masks; attention '{impl}' does not take them")
         if vocab is None:
-            vocab = int(model.get_output_embeddings().weight.shape[0])
+            vocab = logits_width(model)
         self.vocab = vocab
         self.matrix = Adjacency(vocab, options.topk)  # kept across requests (persist=true)
         self.tree = default_tree(4)
