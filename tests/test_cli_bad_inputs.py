@@ -58,6 +58,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("method-unknown", ["generate", "--method", "warp", HI], "invalid choice: 'warp'"),
     ("dataset-unknown", ["bench", "--dataset", "wikitext"], "unknown dataset 'wikitext'"),
     ("split-unknown", ["bench", "--dataset", "gsm8k", "--split", "test"], "unknown GSM8K split 'test'"),
+    # ---- structured output: checked before the model loads
+    ("json-schema-missing", ["generate", "--json-schema", "nope.json", HI], "--json-schema: no such file"),
+    ("json-schema-invalid", ["generate", "--json-schema", "bad_schema.json", HI], "invalid JSON schema"),
+    ("json-schema-not-json", ["bench", "--json-schema", "not_json.json"], "not valid JSON"),
+    ("regex-invalid", ["generate", "--regex", "(", HI], "invalid regex"),
+    ("constraints-two", ["generate", "--regex", "a", "--json-object", HI], "not allowed with argument"),
     ("prompt-empty", ["generate", ""], "the prompt is empty"),
     ("prompt-blank", ["generate", "   "], "the prompt is empty"),
     ("prompt-missing", ["generate"], "the following arguments are required: prompt"),
@@ -267,6 +273,8 @@ def _fill(d: Path) -> None:
     """The files the cases name."""
     files = {
         "empty_prompt.jsonl": _lines({"prompt": ""}),
+        "bad_schema.json": json.dumps({"type": "object", "properties": {"a": {"type": "integr"}}}),
+        "not_json.json": "{type: object",
         "blank_question.jsonl": _lines({"question": "  \n"}),
         "messages_str.jsonl": _lines({"messages": "hello"}),
         "no_content.jsonl": _lines({"messages": [{"role": "user"}]}),

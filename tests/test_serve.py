@@ -157,6 +157,57 @@ def test_lossless_method_gives_offline_greedy_ar_tokens(
     assert full.choices[0].message.content == expected.push(reference) + expected.finish()
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 16},
+        "tags": {"type": "array", "items": {"enum": ["big", "old", "cold"]}, "maxItems": 2},
+    },
+    "required": ["city", "tags"],
+    "additionalProperties": False,
+}
+
+
+def test_response_format_json_schema_with_every_method(smollm2: LoadedModel) -> None:
+    """The official client's ``response_format`` (json_schema, json_object) and our regex: every method the
+    server runs (batched where it has a batched path) answers with constrained greedy AR's tokens, and a
+    complete answer parses with the required fields and finish_reason "stop"."""
+    from fastforward.decoders.ar import ARDecoder
+
+    methods = ["ar", "pld", "lookahead", "jacobi", "recycle", "suffix", "layerskip", "qsd", "sd"]
+    engine = Engine(smollm2, smollm2, method="ar", methods=methods, max_queue=8, max_batch_size=2)
+    messages = [{"role": "user", "content": "Name a city and describe it with tags, as JSON."}]
+    ids = render_prompt(smollm2.tokenizer, messages)
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": SCHEMA, "strict": True}}
+    cfg = GenerationConfig(40, smollm2.eos_token_ids, constraint=smollm2.constraint("json_schema", SCHEMA))
+    reference = ARDecoder(smollm2.model).generate(ids, cfg)
+    with BackgroundServer(create_app(engine, smollm2.tokenizer, smollm2.name)) as srv:
+        client = Served(srv.url, engine, smollm2.name).client()
+        for method in methods:
+            full = client.chat.completions.create(
+                model=smollm2.name, messages=messages, max_tokens=40, response_format=fmt,
+                extra_body={"fastforward": {"method": method, "return_token_ids": True}},
+            )  # fmt: skip
+            ext = full.model_extra["fastforward"]
+            assert ext["token_ids"] == reference.tokens, method
+            assert ext["constraint"]["kind"] == "json_schema" and ext["constraint"]["masks"] >= 1
+            if reference.stats.extras["constraint_complete"]:
+                assert full.choices[0].finish_reason == "stop"
+                assert set(json.loads(full.choices[0].message.content)) == {"city", "tags"}
+        # json_object, streamed: the text is one JSON object
+        _, chunks = stream_chat(
+            client, model=smollm2.name, messages=messages, max_tokens=40,
+            response_format={"type": "json_object"},
+        )  # fmt: skip
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text.lstrip().startswith("{")
+        # our regex extension through raw HTTP
+        body = {"messages": messages, "max_tokens": 12, "fastforward": {"regex": "(Paris|Rome|Oslo)!"}}
+        resp = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=300).json()
+        assert resp["choices"][0]["message"]["content"] in ("Paris!", "Rome!", "Oslo!")
+        assert resp["choices"][0]["finish_reason"] == "stop"
+
+
 def test_models_health_and_metrics(served: Served) -> None:
     models = served.client().models.list()
     assert [m.id for m in models.data] == [served.model]
@@ -279,6 +330,36 @@ ALL_BAD: list[tuple[str, Any, int, str | None]] = [
         None,
     ),
     ("chat", {**OK, "fastforward": {"method": "sd"}}, 400, None),  # needs a draft model; none is loaded
+    # structured output: a schema or regex that does not compile, a format that does not exist
+    (
+        "chat",
+        {**OK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "x"}}}},
+        400,
+        "response_format",
+    ),  # fmt: skip
+    (
+        "chat",
+        {**OK, "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}},
+        400,
+        "response_format",
+    ),  # fmt: skip
+    ("chat", {**OK, "response_format": {"type": "yaml"}}, 400, "response_format"),
+    ("chat", {**OK, "response_format": "json"}, 400, "response_format"),
+    ("chat", {**OK, "fastforward": {"regex": "("}}, 400, "fastforward.regex"),
+    ("chat", {**OK, "fastforward": {"choice": []}}, 400, "fastforward.choice"),
+    ("chat", {**OK, "fastforward": {"regex": "a", "choice": ["a"]}}, 400, "fastforward"),
+    (
+        "chat",
+        {**OK, "response_format": {"type": "json_object"}, "fastforward": {"regex": "a"}},
+        400,
+        "response_format",
+    ),  # fmt: skip
+    (
+        "chat",
+        {**OK, "response_format": {"type": "json_object"}, "fastforward": {"method": "hf_generate"}},
+        400,
+        "response_format",
+    ),  # fmt: skip
 ]
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastforward.core.batched import batched_greedy
@@ -125,7 +126,7 @@ def run_batch_bench(
     names = [BASELINE] + [n for n in decoders if n != BASELINE]
     model = target.model
     if warmup:  # one short pass per method, excluded
-        warm = GenerationConfig(8, config.eos_token_ids, config.sampling)
+        warm = replace(config, max_new_tokens=8)  # same sampling, same constraint
         head = prompts[: max(1, min(batch_size, len(prompts)))]
         for n in names:
             if n == HF:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fastforward import hardware
@@ -134,11 +134,7 @@ def run_bench(
         )
     if warmup and samples and todo:
         ids = render_prompt(tok, [{"role": "user", "content": samples[0].turns[0]}])
-        warm = GenerationConfig(
-            max_new_tokens=min(16, config.max_new_tokens),
-            eos_token_ids=config.eos_token_ids,
-            sampling=config.sampling,
-        )
+        warm = replace(config, max_new_tokens=min(16, config.max_new_tokens))  # same sampling, constraint
         for _ in range(warmup):
             for n in names:
                 decoders[n].generate(ids, warm)
@@ -215,6 +211,10 @@ def run_bench(
         **hardware.provenance(),
         "max_new_tokens": config.max_new_tokens,
         "sampling": asdict(config.sampling),
+        # structured output: every method (AR included) decoded under this constraint
+        "constraint": None
+        if config.constraint is None
+        else {"kind": config.constraint.kind, "spec": config.constraint.spec},
         "warmup_generations_excluded": warmup * len(names),
         "command": " ".join(sys.argv),
         "config": resolved or {},

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fastforward.cli.common import add_generation_args, add_model_args
+from fastforward.cli.common import add_constraint_args, add_generation_args, add_model_args
 from fastforward.cli.validate import check_writable
 from fastforward.data import load_dataset
 from fastforward.errors import FastForwardError
@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark methods side by side")
     add_model_args(p)
     add_generation_args(p)
+    add_constraint_args(p)
     p.add_argument("--dataset", default="mtbench", help="gsm8k, humaneval, mtbench, sharegpt (comma list ok)")
     p.add_argument("--split", default="heldout", help="gsm8k split: heldout, train, all")
     p.add_argument(
@@ -159,10 +160,14 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size:
         return run_batched(args, target, draft, samples, paths)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
+    config = generation_config(args, target)
+    if config.constraint is not None:
+        drop_unconstrained(decoders, args.methods)
+        if llama_exe is not None:
+            raise FastForwardError("the llama.cpp reference row does not take a constraint: drop --llamacpp")
     if llama_exe is not None:
         decoders[LLAMA] = llamacpp_reference(llama_exe, target, args.threads)
     methods = list(decoders)
-    config = generation_config(args, target)
     log(
         f"bench {target.name} {target.dtype}, {args.threads} threads: {len(samples)} samples x "
         f"{len(methods)} methods ({', '.join(methods)})"
@@ -256,9 +261,13 @@ def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
                 del decoders[name]
                 continue
             raise FastForwardError(f"--batch-size: {exc}") from None
-    if HF in wanted or text.strip() == "all":
-        decoders[HF] = None
     config = generation_config(args, target)
+    if config.constraint is not None:
+        drop_unconstrained(decoders, text)
+        if HF in wanted:
+            raise FastForwardError(f"'{HF}' cannot decode under a constraint: drop it from --methods")
+    elif HF in wanted or text.strip() == "all":
+        decoders[HF] = None
     prompts = [render_prompt(target.tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in samples]
     log(
         f"bench {target.name} {target.dtype}, batch {args.batch_size}, {args.threads} threads: "
@@ -287,3 +296,18 @@ def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
         atomic_write_text(paths[1], table + "\n")
         log(f"wrote {paths[0]} and {paths[1]}")
     return 0
+
+
+def drop_unconstrained(decoders: dict, methods: str) -> None:
+    """Under a constraint (``--json-schema`` ...): with ``--methods all`` the methods that cannot honour one
+    (transformers' generate()) are left out with a line saying so; named explicitly, a one-line error."""
+    from fastforward.log import log
+
+    for name, dec in list(decoders.items()):
+        why = getattr(dec, "unconstrained_why", None)
+        if why is None:
+            continue
+        if methods.strip() != "all":
+            raise FastForwardError(f"method '{name}' cannot decode under a constraint: {why}")
+        log(f"{name} left out: it cannot decode under a constraint ({why})")
+        del decoders[name]

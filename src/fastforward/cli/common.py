@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from fastforward.cli.validate import DTYPE_NAMES, kernel_path
+from fastforward.cli.validate import DTYPE_NAMES, constraint_request, kernel_path
 from fastforward.log import log
 from fastforward.models.registry import DEFAULT_MODEL
 
@@ -103,6 +103,20 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="method option, repeatable (e.g. block_size=16, gamma=5); unscoped it goes to the methods that "
         "have it, LABEL.key=value to one --methods entry; `fastforward methods` lists every option",
+    )
+
+
+def add_constraint_args(p: argparse.ArgumentParser) -> None:
+    """Structured output: what every answer must match (one of these)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json-schema", metavar="FILE", help="answers are JSON valid under this JSON Schema file")
+    g.add_argument("--json-object", action="store_true", help="answers are a JSON object")
+    g.add_argument("--regex", metavar="PATTERN", help="answers match this regular expression (whole answer)")
+    g.add_argument(
+        "--choice",
+        action="append",
+        metavar="TEXT",
+        help="an answer is exactly one of these (repeat the flag)",
     )
 
 
@@ -205,8 +219,10 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
 def generation_config(args: argparse.Namespace, target: LoadedModel) -> GenerationConfig:
     from fastforward.core.decoder import GenerationConfig, SamplingConfig
 
+    ask = constraint_request(args)  # checked already, before the model loaded (cli.validate)
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         eos_token_ids=target.eos_token_ids,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p, args.seed),
+        constraint=target.constraint(*ask) if ask is not None else None,
     )

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fastforward.cli.common import add_generation_args, add_model_args, generation_config, load_models
+from fastforward.cli.common import (
+    add_constraint_args,
+    add_generation_args,
+    add_model_args,
+    generation_config,
+    load_models,
+)
 from fastforward.core.detok import TextStream
 from fastforward.data import render_prompt
 from fastforward.decoders.registry import METHODS, build_decoder, parse_options
@@ -16,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate an answer with one method, streaming")
     add_model_args(p)
     add_generation_args(p)
+    add_constraint_args(p)
     p.add_argument(
         "--method", default="ar", choices=list(METHODS), help="decoding method (see fastforward methods)"
     )

@@ -141,6 +141,30 @@ def kernel_path(value: str) -> str:
 # --------------------------------------------------------------------------- checks
 
 
+def constraint_request(args: argparse.Namespace) -> tuple[str, object] | None:
+    """The structured-output constraint the flags ask for (``--json-schema FILE``, ``--json-object``,
+    ``--regex``, ``--choice``) as (kind, spec), its grammar compiled once to refuse a bad schema or regex in
+    one line before any model loads; None when none is asked."""
+    ask: tuple[str, object]
+    if getattr(args, "json_schema", None):
+        path = Path(args.json_schema)
+        if not path.is_file():
+            raise FastForwardError(f"--json-schema: no such file: {path}")
+        ask = ("json_schema", path.read_text())
+    elif getattr(args, "json_object", False):
+        ask = ("json_object", None)
+    elif getattr(args, "regex", None) is not None:
+        ask = ("regex", args.regex)
+    elif getattr(args, "choice", None):
+        ask = ("choice", list(args.choice))
+    else:
+        return None
+    from fastforward.core.grammar import grammar_for  # llguidance only, no torch
+
+    grammar_for(*ask)
+    return ask
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Every check that needs only the parsed arguments, for any subcommand (see the module docstring)."""
     values = vars(args)
@@ -178,6 +202,7 @@ def check_args(args: argparse.Namespace) -> None:
     for dest in OUT_DESTS:
         if isinstance(values.get(dest), (str, Path)):
             check_writable(Path(values[dest]), flag(dest))
+    constraint_request(args)
     prompt = values.get("prompt")
     if isinstance(prompt, str) and not prompt.strip():
         raise FastForwardError("the prompt is empty: give the text to answer as the last argument")

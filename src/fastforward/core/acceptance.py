@@ -269,7 +269,7 @@ def accept_chain_sampled(
         p = target_probs[:g].gather(-1, idx[:, None]).squeeze(-1)  # [g]
         q = torch.ones_like(p) if draft_probs is None else draft_probs.gather(-1, idx[:, None]).squeeze(-1)
         u = torch.rand(g, generator=gen, device=p.device)
-        ok = (u * q <= p).tolist()  # u < p / q without dividing by a zero q
+        ok = (u * q < p).tolist()  # u < p / q without dividing by a zero q; p = 0 never accepted
         for i in range(g):
             if ok[i]:
                 continue

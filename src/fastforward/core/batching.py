@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from fastforward.core.acceptance import EXACT, Rule
+from fastforward.core.constraint import subtree
 from fastforward.core.decoder import (
     Cancelled,
     GenerationConfig,
@@ -122,6 +123,9 @@ class Proposer:
     hidden_states: bool = False  # the verify forward must return the target's last hidden states
     rule: Rule = EXACT  # how every row's guesses are judged (the configured method's rule)
     wants_logits: bool = False  # observe() also takes the verify forward's logits (logits=[b] -> [m_b, V])
+    # a constrained row's deterministic guesses the grammar forbids may be dropped before the forward (the
+    # proposer's observe() then sees the pruned draft); False where a proposer's state follows its own draft
+    prunable: bool = False
 
     def admit(self, row: Row, prefill: Any) -> None:
         """A new row, after its prefill (``prefill`` is the model output) and first committed token."""
@@ -330,6 +334,8 @@ class BatchDecoder:
         self.stats.prefill_time_s += stats.prefill_time_s
         self.stats.prefills += 1
         self.stats.requests += 1
+        if run.matcher is not None:
+            run.matcher.mask_row(out.logits[0, -1])
         token = int(select_token(out.logits[0, -1], req.config.sampling, row.generator))
         if not self._commit(row, [token]) or run.done:
             self._finish(row, finished)
@@ -342,11 +348,17 @@ class BatchDecoder:
     def _verify_step(self, finished: list[Request]) -> None:
         rows = self.rows
         drafts = self.proposer.propose(rows)
+        matchers = [r.run.matcher for r in rows]
+        constrained = any(m is not None for m in matchers)
+        if constrained and self.proposer.prunable:
+            drafts = [_pruned(m, d) for m, d in zip(matchers, drafts, strict=True)]
         blocks = [
             Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
             for r, d in zip(rows, drafts, strict=True)
         ]
         fwd = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
+        if constrained:
+            fwd.constrain(matchers, blocks)
         logits, argmax, hidden, fed = fwd.logits, fwd.argmax, fwd.hidden, fwd.fed
         self.stats.forwards += 1
         self.stats.row_steps += len(rows)
@@ -403,6 +415,22 @@ class BatchDecoder:
         stats.wall_time_s = req.finished_at - req.admitted_at
         stats.extras.update(self.proposer.row_extras(row))
         stats.extras["queue_time_s"] = req.admitted_at - req.submitted_at
+        if row.run.matcher is not None:
+            stats.extras.update(
+                row.run.matcher.extras(), constraint_complete=int(row.run.constraint_complete)
+            )
         if req.error is None:
             req.result = GenerationResult(tokens=row.run.tokens, stats=stats)
         finished.append(req)
+
+
+def _pruned(matcher: Any, draft: Draft) -> Draft:
+    """``draft`` without the deterministic guesses ``matcher``'s grammar forbids (and their subtrees);
+    sampled drafts are kept whole (their rejection residual depends on every guess)."""
+    if matcher is None or draft.probs is not None or not draft.tokens:
+        return draft
+    keep = matcher.prune(draft.tokens, draft.parents)
+    if len(keep) == len(draft.tokens):
+        return draft
+    tokens, parents = subtree(draft.tokens, draft.parents, keep)
+    return Draft(tokens, parents)

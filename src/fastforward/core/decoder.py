@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from fastforward.core.compiled import compiled
+from fastforward.core.constraint import Constraint, Matcher
 from fastforward.core.engine import ModelEngine
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
@@ -67,6 +68,8 @@ class GenerationConfig:
     # whose earlier requests this one may learn from: a method that keeps text across requests (suffix's
     # global trie) keeps it per scope; a server sets one per API key unless told to share
     scope: str = ""
+    # what the output must match (JSON schema, regex, ...): every method then equals constrained greedy AR
+    constraint: Constraint | None = None
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
@@ -126,6 +129,12 @@ class Run:
     tokens: list[int] = field(default_factory=list)  # new tokens committed so far
     done: bool = False
     engine: ModelEngine | None = None  # the target's engine once prefilled (closed when the request ends)
+    matcher: Matcher | None = None  # the constraint's grammar state, advanced by commit (None: unconstrained)
+    constraint_complete: bool = False  # the generation ended because the grammar allows nothing more
+
+    def __post_init__(self) -> None:
+        if self.config.constraint is not None and self.matcher is None:
+            self.matcher = self.config.constraint.matcher()
 
     def commit(self, new: Sequence[int], counted: bool = True, width: int = 1) -> list[int]:
         """Commit the tokens one target forward produced (cut at EOS / the length cap) and count the forward.
@@ -136,6 +145,10 @@ class Run:
         ``tokens`` is extended in place, so a decoder may keep a reference to it. Returns the tokens kept;
         ``done`` says whether the generation is over."""
         keep, self.done = apply_stops(self.tokens, new, self.config)
+        if self.matcher is not None:  # the grammar follows every committed token; complete ends the output
+            keep = keep[: self.matcher.advance(keep)]
+            if self.matcher.complete:
+                self.done = self.constraint_complete = True
         self.tokens += keep
         if counted:
             self.stats.record_step(len(keep), width)
@@ -156,6 +169,16 @@ class Decoder(abc.ABC):
     lossless: bool = True
     needs_draft: bool = False
     in_all: bool = True
+    # why this method cannot decode under a constraint (structured output); None: it can, every forward of
+    # the target goes through the engine, which masks the logits
+    unconstrained_why: str | None = None
+
+    def check_constraint(self, config: GenerationConfig) -> None:
+        """A one-line error when a constraint is asked of a method that cannot honour it."""
+        if config.constraint is not None and self.unconstrained_why is not None:
+            raise FastForwardError(
+                f"method '{self.name}' cannot decode under a constraint: {self.unconstrained_why}"
+            )
 
     def __init__(self, model: torch.nn.Module, context_length: int | None = None) -> None:
         self.model = model
@@ -172,6 +195,7 @@ class Decoder(abc.ABC):
         on_tokens: TokenCallback | None = None,
     ) -> GenerationResult:
         config.validate()
+        self.check_constraint(config)
         ids = _as_id_tensor(prompt_ids, self.device)  # [1, T]
         if ids.shape[1] == 0:
             raise FastForwardError("the prompt is empty")
@@ -192,6 +216,8 @@ class Decoder(abc.ABC):
                     stats.extras["forward"] = run.engine.ran
                 run.engine.close()
         stats.wall_time_s = time.perf_counter() - start
+        if run.matcher is not None:
+            stats.extras.update(run.matcher.extras(), constraint_complete=int(run.constraint_complete))
         stats.new_tokens = len(run.tokens)
         return GenerationResult(tokens=run.tokens, stats=stats)
 
@@ -208,6 +234,9 @@ class Decoder(abc.ABC):
         capacity = prompt_ids.shape[1] + run.config.max_new_tokens
         with Timer(run.stats, "prefill_time_s"):
             out = engine.start(prompt_ids, hidden, capacity, room=STEP_ROOM)
+        if run.matcher is not None:  # the first token and every later forward: the grammar's mask applies
+            run.matcher.mask_row(out.logits[0, -1])
+            engine.matchers = [run.matcher]
         run.engine = engine
         return engine, out
 

@@ -250,6 +250,15 @@ class Forward:
             self._argmax = [a[:n] for a, n in zip(flat, self.sizes, strict=True)]
         return self._argmax
 
+    def constrain(self, matchers: Sequence[Any], blocks: Sequence[Block]) -> None:
+        """Mask, in place, the logits of every row that has a grammar matcher (None: unconstrained), node by
+        node along the block's tree (:meth:`fastforward.core.constraint.Matcher.mask_tree`); the argmax is
+        then read from the masked logits. Called before anything reads this forward."""
+        for b, m in enumerate(matchers):
+            if m is not None:
+                m.mask_tree(blocks[b].tokens, list(blocks[b].parents), self.logits[b])
+                self._argmax = None
+
 
 class ModelEngine:
     """The target model with its rows' KV cache: rows side by side, ``[B, k]`` forwards, every row fed as
@@ -267,6 +276,8 @@ class ModelEngine:
         self._start = 0
         self._runner: CompiledForward | None = None  # set while this engine decodes through compiled graphs
         self.ran = "eager"  # what ran this engine's forwards: "compiled", or "eager" with why when not
+        # per row, a grammar matcher whose mask every forward applies to that row's logits (None: none)
+        self.matchers: list[Any] | None = None
 
     def reset(self) -> None:
         """Drop every row (and so the KV memory); give the compiled forward's cache back."""
@@ -330,7 +341,14 @@ class ModelEngine:
         self.lengths.append(length)
 
     def forward(self, blocks: Sequence[Block], pad_id: int = 0, hidden: bool = False) -> Forward:
-        """One forward over every row's block (row b's nodes at positions ``lengths[b] + depth``)."""
+        """One forward over every row's block (row b's nodes at positions ``lengths[b] + depth``); a row
+        with a grammar matcher (:attr:`matchers`) gets its logits masked by it."""
+        fwd = self._forward(blocks, pad_id, hidden)
+        if self.matchers is not None:
+            fwd.constrain(self.matchers, blocks)
+        return fwd
+
+    def _forward(self, blocks: Sequence[Block], pad_id: int, hidden: bool) -> Forward:
         m = self.model
         param = next(m.parameters())
         self._start = cache_length(self.cache)

@@ -66,6 +66,7 @@ class LookupProposer(Proposer):
     """Prompt lookup per row: the continuation of the row's longest recurring suffix n-gram."""
 
     name = "pld"
+    prunable = True
 
     def __init__(self, gamma: int, ngram_max: int, ngram_min: int) -> None:
         from fastforward.decoders.ngram import NGramIndex
@@ -236,6 +237,7 @@ class RecycleProposer(Proposer):
 
     name = "recycle"
     wants_logits = True
+    prunable = True
 
     def __init__(self, decoder: Any) -> None:
         self.decoder = decoder
@@ -312,6 +314,7 @@ class SuffixProposer(Proposer):
     output joins its scope's global trie, so later requests (batched or not) copy from it."""
 
     name = "suffix"
+    prunable = True
 
     def __init__(self, decoder: Any) -> None:
         self.decoder = decoder

@@ -28,6 +28,7 @@ class HFOptions:
 
 
 class HFGenerateDecoder(Decoder):
+    unconstrained_why = "transformers' generate() runs its own loop, unmasked (use 'ar' for constrained AR)"
     name = "hf_generate"
 
     def __init__(

@@ -38,12 +38,14 @@ import torch
 
 from fastforward.chimera.tree import Tree, TreeSizer, default_tree
 from fastforward.core.acceptance import EXACT
+from fastforward.core.constraint import prune_block
 from fastforward.core.decoder import Decoder, Run, Timer
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
+from fastforward.models.loading import logits_width
 
 MAX_PATHS = 20000  # tree=auto scores every (depth, rank) path each step: ranks ** depth stays small
 
@@ -139,16 +141,6 @@ def expand(tree: Tree, anchor: int, adjacency: Adjacency) -> tuple[list[int], li
     return tokens, parents, depth
 
 
-def logits_width(model: torch.nn.Module) -> int:
-    """How many logits a forward returns: the output head's rows, or the config's vocabulary where the head
-    holds no plain weight (a prepacked or quantized head)."""
-    weight = getattr(model.get_output_embeddings(), "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
-        return int(weight.shape[0])
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return int(cfg.vocab_size)
-
-
 class RecycleDecoder(Decoder):
     name = "recycle"
 
@@ -215,6 +207,7 @@ class RecycleDecoder(Decoder):
                     tree, rate = sizer.choose()
                     parallel = rate * (sizer.observe_ms + sizer.verify_ms(1)) >= 1.0  # beats an AR step
                 tokens, parents, depth = expand(tree, token, matrix) if parallel else ([token], [-1], 0)
+                tokens, parents = prune_block(run.matcher, tokens, parents)
             t1 = time.perf_counter()
             fwd = engine.forward([Block(tokens, parents)])
             logits = fwd.logits[0]  # [n + 1, V]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from fastforward.core.acceptance import EXACT
+from fastforward.core.constraint import prune_block
 from fastforward.core.decoder import Decoder, Run, Timer
 from fastforward.core.engine import Block
 from fastforward.core.options import build_config, check_config, opt
@@ -288,6 +289,7 @@ class SuffixDecoder(Decoder):
                 toks, pars = toks[:n], pars[:n]
             nodes = [token, *toks]
             parents = [-1, *(p + 1 for p in pars)]
+            nodes, parents = prune_block(run.matcher, nodes, parents)
             fwd = engine.forward([Block(nodes, parents)])
             verdict = EXACT.verify(nodes, parents, fwd.logits[0], sampling, gen, argmax=fwd.argmax[0])
             engine.keep([verdict.path])

@@ -63,18 +63,28 @@ def tiny_target(vocab: int = 12, seed: int = 0, logit_scale: float = 3.0) -> Loa
 
 
 def exact_joint(
-    model: torch.nn.Module, cfg: SamplingConfig, prompt: Sequence[int], new_tokens: int
+    model: torch.nn.Module,
+    cfg: SamplingConfig,
+    prompt: Sequence[int],
+    new_tokens: int,
+    allowed: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The model's exact distribution over the first ``new_tokens`` tokens after ``prompt``: [V] * new_tokens.
 
     One fp32 forward over every continuation of length new_tokens - 1 (no cache), processed like the
-    decoders process logits (:func:`processed_probs`); float64 products."""
+    decoders process logits (:func:`processed_probs`); float64 products. ``allowed[i]`` ([V] bool): a
+    constraint's mask at new position i (one that depends on the position only), applied to the logits
+    before processing, as constrained decoding does."""
     vocab = int(model.config.vocab_size)
     conts = torch.tensor(list(itertools.product(range(vocab), repeat=new_tokens - 1)), dtype=torch.long)
     conts = conts.reshape(-1, new_tokens - 1)
     ids = torch.cat([torch.tensor(list(prompt)).expand(len(conts), -1), conts], dim=1)
     with torch.inference_mode():
         logits = model(input_ids=ids).logits[:, len(prompt) - 1 :].float()  # [V^(n-1), n, V]
+    if allowed is not None:
+        logits = logits.clone()  # an inference tensor: masked in a copy
+        for i, ok in enumerate(allowed[:new_tokens]):
+            logits[:, i, ~ok] = float("-inf")
     probs = processed_probs(logits, cfg).double()
     joint = torch.tensor(1.0, dtype=torch.float64)
     for i in range(new_tokens):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from fastforward.core.constraint import Constraint
 from fastforward.errors import FastForwardError
 from fastforward.log import log
 from fastforward.models.cache import (  # noqa: F401 - re-exported: callers import them from here
@@ -42,6 +43,16 @@ from fastforward.models.registry import REGISTRY, ModelSpec
 from fastforward.models.weights import WEIGHTS, weights_error
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def logits_width(model: torch.nn.Module) -> int:
+    """How many logits a forward returns: the output head's rows, or the config's vocabulary where the head
+    holds no plain weight (a prepacked or quantized head)."""
+    weight = getattr(model.get_output_embeddings(), "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return int(weight.shape[0])
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(cfg.vocab_size)
 
 
 @dataclass
@@ -65,6 +76,16 @@ class LoadedModel:
         if tok_eos is not None and tok_eos not in ids:
             ids.append(int(tok_eos))
         return tuple(ids)
+
+    @property
+    def vocab_size(self) -> int:
+        """Logits per position (may exceed the tokenizer's ids: padded embedding rows)."""
+        return logits_width(self.model)
+
+    def constraint(self, kind: str, spec: object) -> Constraint:
+        """A structured-output constraint (:mod:`fastforward.core.constraint`) compiled for this model's
+        tokenizer; a one-line error for a bad schema / regex."""
+        return Constraint.of(kind, spec, self.tokenizer, self.vocab_size, self.eos_token_ids)
 
 
 def _file_hashes(path: Path) -> dict[str, str]:

@@ -30,6 +30,7 @@ import signal
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +41,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fastforward.core.constraint import Constraint
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.detok import TextStream
 from fastforward.data import render_prompt
+from fastforward.decoders.registry import METHODS
 from fastforward.errors import FastForwardError
 from fastforward.serve.engine import (
     Aborted,
@@ -68,6 +71,7 @@ from fastforward.serve.protocol import (
 
 log = logging.getLogger("fastforward.serve")
 
+CONSTRAINT_CACHE = 64  # compiled structured-output grammars kept per server (a schema compiles in ~ms)
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
 
 
@@ -164,7 +168,9 @@ class Reply:
         self.done = event
         piece = self.text.finish()
         ended_by_eos = bool(self.token_ids) and self.token_ids[-1] in self.eos
-        self.finish_reason = "stop" if ended_by_eos or self.text.stopped else "length"
+        # a constraint whose grammar is complete ends the answer as EOS would
+        complete = bool(event.result.stats.extras.get("constraint_complete"))
+        self.finish_reason = "stop" if ended_by_eos or complete or self.text.stopped else "length"
         return piece
 
     def close(self, reason: str) -> None:
@@ -211,6 +217,16 @@ class Reply:
         }
         if st is not None and "auto_choice" in st.extras:
             ext["auto_choice"] = st.extras["auto_choice"]
+        if self.req.constraint is not None:  # structured output: what was asked and what the grammar cost
+            x = st.extras if st is not None else {}
+            ext["constraint"] = {
+                "kind": self.req.constraint[0],
+                "complete": bool(x.get("constraint_complete", False)),
+                "masks": x.get("constraint_masks"),
+                "mask_time_s": round(x["constraint_mask_s"], 6) if "constraint_mask_s" in x else None,
+                "jump_forward_proposed": x.get("jump_forward_proposed"),
+                "jump_forward_accepted": x.get("jump_forward_accepted"),
+            }
         if self.req.return_token_ids:
             ext["token_ids"] = list(self.token_ids)
         return ext
@@ -347,13 +363,41 @@ def create_app(
             seed=d.seed if req.seed is None else req.seed,
         )
         eos = () if req.ignore_eos else engine.target.eos_token_ids
-        config = GenerationConfig(req.max_tokens or min(defaults.max_tokens, room), eos, sampling, scope)
         try:
-            config.validate()
             method, options = engine.resolve(req.method, req.options)
         except FastForwardError as e:
             raise bad("fastforward", str(e)) from None
+        constraint = None
+        if req.constraint is not None:
+            if METHODS[method].module == "hf_generate":
+                raise bad("response_format", f"method '{method}' cannot decode under a constraint; use 'ar'")
+            constraint = compiled_constraint(*req.constraint)
+        config = GenerationConfig(
+            req.max_tokens or min(defaults.max_tokens, room), eos, sampling, scope, constraint
+        )
+        try:
+            config.validate()
+        except FastForwardError as e:
+            raise bad("fastforward", str(e)) from None
         return Reply(engine, tokenizer, req, ids, method, options, config, arrival)
+
+    constraints: OrderedDict[str, Constraint] = OrderedDict()  # compiled grammars, least recently used out
+
+    def compiled_constraint(kind: str, spec: Any) -> Constraint:
+        """The request's constraint compiled for the served tokenizer, kept for the next request with the
+        same schema (a server sees the same tool schemas again and again)."""
+        key = json.dumps([kind, spec], sort_keys=True)
+        hit = constraints.get(key)
+        if hit is None:
+            try:
+                hit = engine.target.constraint(kind, spec)
+            except FastForwardError as e:
+                raise bad("response_format", str(e)) from None
+            constraints[key] = hit
+            while len(constraints) > CONSTRAINT_CACHE:
+                constraints.popitem(last=False)
+        constraints.move_to_end(key)
+        return hit
 
     def prompt_ids(req: GenerationRequest) -> list[int]:
         if req.kind == "chat":

@@ -7,8 +7,9 @@ field explicitly makes every rule (and its message) visible and testable without
 
 Accepted fields follow OpenAI's chat and legacy completions APIs (``model``, ``messages`` / ``prompt``,
 ``max_tokens``, ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``, ``n`` = 1,
-``stream``, ``stream_options.include_usage``), vLLM's ``top_k`` and our extension object
-``fastforward: {method, opt, ignore_eos, return_token_ids}``. Unknown fields are ignored, as OpenAI does;
+``stream``, ``stream_options.include_usage``, ``response_format`` text / json_object / json_schema), vLLM's
+``top_k`` and our extension object ``fastforward: {method, opt, ignore_eos, return_token_ids, regex, choice}``
+(``regex`` / ``choice``: structured output beyond JSON, as vLLM's ``guided_regex`` / ``guided_choice``). Unknown fields are ignored, as OpenAI does;
 fields that ask for something this server cannot do (logprobs, tools, n > 1, ...) are refused.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 MAX_STOPS = 4
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 EXTENSION = "fastforward"
-EXTENSION_KEYS = {"method", "opt", "ignore_eos", "return_token_ids"}
+EXTENSION_KEYS = {"method", "opt", "ignore_eos", "return_token_ids", "regex", "choice"}
 
 
 class APIError(Exception):
@@ -72,6 +73,8 @@ class GenerationRequest:
     options: dict[str, Any] = field(default_factory=dict)
     ignore_eos: bool = False
     return_token_ids: bool = False
+    # structured output: (kind, spec) for fastforward.core.constraint (checked here: a bad schema is a 400)
+    constraint: tuple[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- field checks
@@ -153,6 +156,7 @@ def _common(body: Any, kind: str) -> GenerationRequest:
         req.include_usage = _bool(opts, "include_usage")
     _refuse_unsupported(body)
     _extension(body, req)
+    _response_format(body, req)
     return req
 
 
@@ -179,8 +183,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         "echo": bool(_get(body, "echo")),
         "suffix": bool(_get(body, "suffix")),
         "best_of": _get(body, "best_of") not in (None, 1),
-        "response_format": isinstance(_get(body, "response_format"), dict)
-        and body["response_format"].get("type", "text") != "text",
     }
     for key, asked in wanted.items():
         if asked:
@@ -212,6 +214,53 @@ def _extension(body: dict[str, Any], req: GenerationRequest) -> None:
         req.options = dict(opt)
     req.ignore_eos = _bool(ext, "ignore_eos")
     req.return_token_ids = _bool(ext, "return_token_ids")
+    asked = [k for k in ("regex", "choice") if ext.get(k) is not None]
+    if len(asked) > 1:
+        raise bad(EXTENSION, f"give one of '{EXTENSION}.regex' and '{EXTENSION}.choice', not both")
+    if asked:
+        req.constraint = _checked(f"{EXTENSION}.{asked[0]}", asked[0], ext[asked[0]])
+
+
+def _response_format(body: dict[str, Any], req: GenerationRequest) -> None:
+    """OpenAI's ``response_format``: text (no constraint), json_object, or json_schema
+    (``{"json_schema": {"name", "schema", "strict"}}``)."""
+    rf = _get(body, "response_format")
+    if rf is None:
+        return
+    if not isinstance(rf, dict):
+        raise bad("response_format", f"'response_format' must be an object, got {_jtype(rf)}")
+    kind = rf.get("type", "text")
+    if kind == "text":
+        return
+    if req.constraint is not None:
+        raise bad("response_format", f"give one of 'response_format' and '{EXTENSION}.regex' / '.choice'")
+    if kind == "json_object":
+        req.constraint = ("json_object", None)
+        return
+    if kind != "json_schema":
+        raise bad(
+            "response_format",
+            f"'response_format.type' must be text, json_object or json_schema, got {kind!r}",
+        )
+    js = rf.get("json_schema")
+    if not isinstance(js, dict):
+        raise bad("response_format", "'response_format.json_schema' must be an object with a 'schema'")
+    schema = js.get("schema")
+    if schema is None:
+        raise bad("response_format", "'response_format.json_schema.schema' is required")
+    req.constraint = _checked("response_format", "json_schema", schema)
+
+
+def _checked(param: str, kind: str, spec: Any) -> tuple[str, Any]:
+    """(kind, spec) once its grammar compiles; a 400 naming ``param`` otherwise."""
+    from fastforward.core.grammar import grammar_for
+    from fastforward.errors import FastForwardError
+
+    try:
+        grammar_for(kind, spec)
+    except FastForwardError as e:
+        raise bad(param, str(e)) from None
+    return kind, spec
 
 
 def parse_chat(body: Any) -> GenerationRequest:

@@ -29,6 +29,8 @@ from fastforward.core.sampling import make_generator, select_token
 from fastforward.decoders.speculative.drafters import DraftContext, Proposal
 from fastforward.errors import FastForwardError
 
+JUMP_MAX = 16  # most grammar-forced tokens proposed in one step (jump-forward)
+
 
 def next_gamma(gamma: int, proposed: int, accepted: int, lo: int, hi: int) -> int:
     """Adaptive draft length: +1 after a full acceptance, -1 after a rejection, kept in [lo, hi]."""
@@ -218,7 +220,7 @@ class SpeculativeDecoder(Decoder):
         gen = make_generator(cfg, self.device)
         engine, out = self.prefill(prompt_ids, run)
         run.commit([int(select_token(out.logits[0, -1], cfg, gen))])
-        tokens = run.tokens
+        tokens, matcher = run.tokens, run.matcher
         prompt = prompt_ids[0].tolist()
         self.drafter.reset()
         rule = self.rule.start()  # this generation's (Consultant's EMA starts afresh)
@@ -230,13 +232,18 @@ class SpeculativeDecoder(Decoder):
             gamma = costs.gamma(gamma, self.spec.gamma_max)
         while not run.done:
             seq = prompt + tokens
-            g = min(gamma, config.max_new_tokens - len(tokens) - 1)
-            proposal = Proposal([])
+            room = config.max_new_tokens - len(tokens) - 1
+            g = min(gamma, room)
+            # jump-forward: what the grammar forces next is a free draft (verified like any other)
+            forced = matcher.forced(min(JUMP_MAX, room)) if matcher is not None else []
+            proposal = Proposal(forced)
             t0 = time.perf_counter()
-            if g > 0:
+            if g > 0 and not forced:
                 with Timer(stats, "draft_time_s"):
                     ctx = DraftContext(seq, g, cfg, gen, config.eos_token_ids)
                     proposal = self.drafter.propose(ctx)
+                    if matcher is not None and proposal.probs is None:  # forbidden guesses cost width only
+                        proposal = Proposal(proposal.tokens[: matcher.valid_prefix(proposal.tokens)])
             t1 = time.perf_counter()
             draft = proposal.tokens
             block = Block.chain([seq[-1], *draft])
@@ -244,6 +251,10 @@ class SpeculativeDecoder(Decoder):
             verdict = rule.verify(block.tokens, block.parents, logits, cfg, gen, proposal.probs)
             run.commit(verdict.tokens(block.tokens), width=len(block.tokens))
             engine.keep([verdict.path])  # the anchor and the accepted prefix of the draft
+            if forced:
+                matcher.forced_tokens += len(forced)
+                matcher.forced_accepted += verdict.accepted
+                continue  # the drafter did not draft: nothing for it, its counters or the schedules to learn
             self.drafter.observe(verdict.accepted)
             ex.add(g, len(draft), verdict)
             if self.spec.adaptive:
