@@ -208,6 +208,89 @@ def test_response_format_json_schema_with_every_method(smollm2: LoadedModel) -> 
         assert resp["choices"][0]["finish_reason"] == "stop"
 
 
+def test_logprobs_of_a_parallel_method_are_ar_logprobs_streamed_or_not(
+    served: Served, smollm2: LoadedModel
+) -> None:
+    """OpenAI's chat ``logprobs`` / ``top_logprobs`` and the legacy completions ``logprobs``: one entry per
+    generated token, the values offline AR reports (pld verifies several tokens per forward here), the same
+    entries whether streamed (per chunk) or not."""
+    messages = [{"role": "user", "content": "Repeat exactly: one two three. one two three. one two"}]
+    ids = render_prompt(smollm2.tokenizer, messages)
+    ref = build_decoder("ar", smollm2).generate(ids, GenerationConfig(16, smollm2.eos_token_ids, logprobs=2))
+    client = served.client()
+    kw = dict(model=served.model, messages=messages, max_tokens=16, logprobs=True, top_logprobs=2,
+              extra_body={"fastforward": {"method": "pld", "return_token_ids": True}})  # fmt: skip
+    full = client.chat.completions.create(**kw)
+    assert full.model_extra["fastforward"]["token_ids"] == ref.tokens
+    content = full.choices[0].logprobs.content
+    assert len(content) == len(ref.tokens)
+    for c, r in zip(content, ref.logprobs, strict=True):
+        assert c.token == smollm2.tokenizer.decode([r.token])
+        assert abs(c.logprob - r.logprob) < 2e-3 and len(c.top_logprobs) == 2
+    _, chunks = stream_chat(client, **kw)
+    streamed = [
+        x for ch in chunks if ch.choices and ch.choices[0].logprobs for x in ch.choices[0].logprobs.content
+    ]
+    assert [(x.token, round(x.logprob, 3)) for x in streamed] == [
+        (x.token, round(x.logprob, 3)) for x in content
+    ]
+    comp = client.completions.create(model=served.model, prompt="one two three, one two three, one", max_tokens=6,
+                                     logprobs=2)  # fmt: skip
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == comp.usage.completion_tokens
+    assert all(len(t) == 2 for t in lp.top_logprobs) and "".join(lp.tokens) == comp.choices[0].text
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]}, "unit": {"enum": ["C", "F"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+    "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"], "additionalProperties": False}}}  # fmt: skip
+
+
+def test_tool_calls_with_required_and_named_tool_choice(served: Served) -> None:
+    """``tools`` + ``tool_choice`` required / named: the answer is one call with arguments that follow the
+    function's schema, as OpenAI's ``tool_calls`` (finish_reason "tool_calls"), the same call from a parallel
+    method and when streamed."""
+    client = served.client()
+    messages = [{"role": "user", "content": "What is the weather in Paris, in Celsius?"}]
+    kw = dict(model=served.model, messages=messages, max_tokens=48, tools=[WEATHER, TIME])
+    calls = {}
+    for method in ("ar", "pld"):
+        full = client.chat.completions.create(
+            **kw, tool_choice="required", extra_body={"fastforward": {"method": method}}
+        )
+        choice = full.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        call = choice.message.tool_calls[0]
+        calls[method] = (call.function.name, json.loads(call.function.arguments))
+        assert full.model_extra["fastforward"]["constraint"]["kind"] == "tool_call"
+    assert calls["ar"] == calls["pld"] and calls["ar"][0] in ("get_weather", "get_time")
+    named = client.chat.completions.create(
+        **kw, tool_choice={"type": "function", "function": {"name": "get_time"}}
+    )
+    call = named.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_time" and json.loads(call.function.arguments)["zone"] in ("UTC", "CET")
+    _, chunks = stream_chat(client, **kw, tool_choice="required")
+    deltas = [c.choices[0].delta for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+    assert len(deltas) == 1
+    streamed = deltas[0].tool_calls[0].function
+    assert (streamed.name, json.loads(streamed.arguments)) == calls["ar"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "tool_calls"
+    ]
+
+
 def test_models_health_and_metrics(served: Served) -> None:
     models = served.client().models.list()
     assert [m.id for m in models.data] == [served.model]
@@ -312,7 +395,36 @@ ALL_BAD: list[tuple[str, Any, int, str | None]] = [
     ("chat", {**OK, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     ("chat", {**OK, "stop": 3}, 400, "stop"),
     ("chat", {**OK, "stream": "yes"}, 400, "stream"),
-    ("chat", {**OK, "logprobs": True}, 400, "logprobs"),
+    ("chat", {**OK, "logprobs": True, "top_logprobs": 30}, 400, "top_logprobs"),
+    ("chat", {**OK, "top_logprobs": 2}, 400, "top_logprobs"),
+    ("completions", {"prompt": "hi", "max_tokens": 2, "logprobs": 9}, 400, "logprobs"),
+    ("chat", {**OK, "logprobs": True, "fastforward": {"method": "hf_generate"}}, 400, "logprobs"),
+    # tools: a call is constrained only when it must happen (required / named); 'auto' is refused
+    ("chat", {**OK, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
+    (
+        "chat",
+        {**OK, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
+        400,
+        "tool_choice",
+    ),  # fmt: skip
+    (
+        "chat",
+        {
+            **OK,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
+        },
+        400,
+        "tool_choice",
+    ),  # fmt: skip
+    (
+        "chat",
+        {**OK, "tools": [{"type": "function", "function": {"name": "no spaces"}}], "tool_choice": "required"},
+        400,
+        "tools",
+    ),  # fmt: skip
+    ("chat", {**OK, "tools": "f", "tool_choice": "required"}, 400, "tools"),
+    ("chat", {**OK, "tool_choice": "required"}, 400, "tool_choice"),
     ("chat", {**OK, "max_tokens": 9000}, 400, "max_tokens"),  # prompt + max_tokens > context (8192)
     ("completions", {"prompt": "hello " * 9000, "max_tokens": 2}, 400, "prompt"),  # prompt > context
     ("completions", {"max_tokens": 2}, 400, "prompt"),

@@ -336,6 +336,8 @@ class BatchDecoder:
         self.stats.requests += 1
         if run.matcher is not None:
             run.matcher.mask_row(out.logits[0, -1])
+        if run.trace is not None:
+            run.trace.observe([-1], [-1], out.logits[0, -1:])
         token = int(select_token(out.logits[0, -1], req.config.sampling, row.generator))
         if not self._commit(row, [token]) or run.done:
             self._finish(row, finished)
@@ -371,6 +373,8 @@ class BatchDecoder:
                 blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
             )
             paths.append(verdict.path)
+            if row.run.trace is not None:
+                row.run.trace.observe(blk.tokens, blk.parents, logits[b])
             ok = self._commit(row, verdict.tokens(blk.tokens), width=len(blk.tokens))
             alive.append(ok and not row.run.done)
         self.layout.keep(paths)
@@ -420,7 +424,8 @@ class BatchDecoder:
                 row.run.matcher.extras(), constraint_complete=int(row.run.constraint_complete)
             )
         if req.error is None:
-            req.result = GenerationResult(tokens=row.run.tokens, stats=stats)
+            trace = row.run.trace
+            req.result = GenerationResult(row.run.tokens, stats, trace.entries if trace is not None else None)
         finished.append(req)
 
 

@@ -25,6 +25,7 @@ import torch
 from fastforward.core.compiled import compiled
 from fastforward.core.constraint import Constraint, Matcher
 from fastforward.core.engine import ModelEngine
+from fastforward.core.logprobs import MAX_TOP, Emitted, LogprobTrace, TokenLogprob
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -70,10 +71,14 @@ class GenerationConfig:
     scope: str = ""
     # what the output must match (JSON schema, regex, ...): every method then equals constrained greedy AR
     constraint: Constraint | None = None
+    # log-probabilities of the committed tokens: None = not collected; n = each token's and the n likeliest
+    logprobs: int | None = None
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
             raise FastForwardError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP:
+            raise FastForwardError(f"logprobs must be in [0, {MAX_TOP}], got {self.logprobs}")
         self.sampling.validate()
 
 
@@ -98,6 +103,7 @@ def require_draft(method: str, draft: object | None) -> None:
 class GenerationResult:
     tokens: list[int]  # new tokens only, EOS included when it ended the generation
     stats: DecodeStats
+    logprobs: list[TokenLogprob | None] | None = None  # one per token, when GenerationConfig.logprobs asked
 
 
 def apply_stops(
@@ -131,10 +137,13 @@ class Run:
     engine: ModelEngine | None = None  # the target's engine once prefilled (closed when the request ends)
     matcher: Matcher | None = None  # the constraint's grammar state, advanced by commit (None: unconstrained)
     constraint_complete: bool = False  # the generation ended because the grammar allows nothing more
+    trace: LogprobTrace | None = None  # where committed tokens were scored (GenerationConfig.logprobs)
 
     def __post_init__(self) -> None:
         if self.config.constraint is not None and self.matcher is None:
             self.matcher = self.config.constraint.matcher()
+        if self.config.logprobs is not None and self.trace is None:
+            self.trace = LogprobTrace(self.config.logprobs)
 
     def commit(self, new: Sequence[int], counted: bool = True, width: int = 1) -> list[int]:
         """Commit the tokens one target forward produced (cut at EOS / the length cap) and count the forward.
@@ -152,7 +161,10 @@ class Run:
         self.tokens += keep
         if counted:
             self.stats.record_step(len(keep), width)
-        self.emit(keep)
+        emitted = Emitted(keep)
+        if self.trace is not None:  # the entries travel with the ids (a server streams them per chunk)
+            emitted.logprobs = self.trace.take(keep)
+        self.emit(emitted)
         return keep
 
 
@@ -174,11 +186,16 @@ class Decoder(abc.ABC):
     unconstrained_why: str | None = None
 
     def check_constraint(self, config: GenerationConfig) -> None:
-        """A one-line error when a constraint is asked of a method that cannot honour it."""
-        if config.constraint is not None and self.unconstrained_why is not None:
+        """A one-line error when a constraint or log-probabilities are asked of a method whose forwards do
+        not go through the engine."""
+        if self.unconstrained_why is None:
+            return
+        if config.constraint is not None:
             raise FastForwardError(
                 f"method '{self.name}' cannot decode under a constraint: {self.unconstrained_why}"
             )
+        if config.logprobs is not None:
+            raise FastForwardError(f"method '{self.name}' cannot return logprobs: {self.unconstrained_why}")
 
     def __init__(self, model: torch.nn.Module, context_length: int | None = None) -> None:
         self.model = model
@@ -219,7 +236,7 @@ class Decoder(abc.ABC):
         if run.matcher is not None:
             stats.extras.update(run.matcher.extras(), constraint_complete=int(run.constraint_complete))
         stats.new_tokens = len(run.tokens)
-        return GenerationResult(tokens=run.tokens, stats=stats)
+        return GenerationResult(run.tokens, stats, run.trace.entries if run.trace is not None else None)
 
     def prefill(self, prompt_ids: torch.Tensor, run: Run, hidden: bool = False) -> tuple[ModelEngine, Any]:
         """The opening every method shares: a fresh engine (:mod:`fastforward.core.engine`) whose one row is
@@ -237,6 +254,9 @@ class Decoder(abc.ABC):
         if run.matcher is not None:  # the first token and every later forward: the grammar's mask applies
             run.matcher.mask_row(out.logits[0, -1])
             engine.matchers = [run.matcher]
+        if run.trace is not None:  # the first token was scored by the prefill, the later ones by forwards
+            run.trace.observe([-1], [-1], out.logits[0, -1:])
+            engine.trace = run.trace
         run.engine = engine
         return engine, out
 

@@ -278,6 +278,7 @@ class ModelEngine:
         self.ran = "eager"  # what ran this engine's forwards: "compiled", or "eager" with why when not
         # per row, a grammar matcher whose mask every forward applies to that row's logits (None: none)
         self.matchers: list[Any] | None = None
+        self.trace: Any = None  # batch 1: a request's LogprobTrace, shown every forward of row 0
 
     def reset(self) -> None:
         """Drop every row (and so the KV memory); give the compiled forward's cache back."""
@@ -346,6 +347,8 @@ class ModelEngine:
         fwd = self._forward(blocks, pad_id, hidden)
         if self.matchers is not None:
             fwd.constrain(self.matchers, blocks)
+        if self.trace is not None:
+            self.trace.observe(blocks[0].tokens, list(blocks[0].parents), fwd.logits[0])
         return fwd
 
     def _forward(self, blocks: Sequence[Block], pad_id: int, hidden: bool) -> Forward:

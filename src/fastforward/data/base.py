@@ -30,14 +30,18 @@ def package_file(package: str, relative: str, wheel: str) -> Path:
     return path
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+def render_prompt(
+    tokenizer: Any, messages: list[dict[str, str]], tools: list[dict[str, Any]] | None = None
+) -> list[int]:
     """Token ids of a conversation ending with the assistant's turn to speak.
 
-    Uses the model's chat template; base models without one get the turns joined as plain text.
+    Uses the model's chat template (``tools``: OpenAI-style function definitions, for templates that render
+    them); base models without one get the turns joined as plain text.
     """
     if getattr(tokenizer, "chat_template", None):
+        kw = {"tools": tools} if tools else {}
         out = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **kw
         )
         return list(out["input_ids"])
     text = ""

@@ -63,9 +63,11 @@ from fastforward.serve.protocol import (
     Envelope,
     GenerationRequest,
     bad,
+    logprobs_body,
     new_id,
     parse_chat,
     parse_completion,
+    tool_calls,
     usage,
 )
 
@@ -123,6 +125,9 @@ class Reply:
         self.text = TextStream(tokenizer, req.stop)
         self.events: asyncio.Queue[Event | Gone] = asyncio.Queue()
         self.token_ids: list[int] = []
+        self.logprobs: list[Any] = []  # core.logprobs entries of token_ids, when the request asked
+        self._sent_logprobs = 0  # how many a stream has sent
+        self.tokenizer = tokenizer
         self.first_at: float | None = None
         self.last_at: float | None = None
         self.finish_reason: str | None = None  # stop | length, once the reply is complete
@@ -160,6 +165,8 @@ class Reply:
                 self.engine.metrics.ttft.labels(self.method).observe(event.at - self.arrival)
             self.last_at = event.at
             self.token_ids += event.ids
+            if event.logprobs is not None:
+                self.logprobs += event.logprobs
             piece = self.text.push(event.ids)
             if self.text.stopped:  # a stop string: the reply is complete, the worker may stop
                 self.finish_reason = "stop"
@@ -220,7 +227,7 @@ class Reply:
         if self.req.constraint is not None:  # structured output: what was asked and what the grammar cost
             x = st.extras if st is not None else {}
             ext["constraint"] = {
-                "kind": self.req.constraint[0],
+                "kind": "tool_call" if self.req.tool_call else self.req.constraint[0],
                 "complete": bool(x.get("constraint_complete", False)),
                 "masks": x.get("constraint_masks"),
                 "mask_time_s": round(x["constraint_mask_s"], 6) if "constraint_mask_s" in x else None,
@@ -233,6 +240,16 @@ class Reply:
 
     def usage(self) -> dict[str, int]:
         return usage(self.prompt_tokens, len(self.token_ids))
+
+    def logprobs_body(self, unsent_only: bool = False) -> dict[str, Any] | None:
+        """OpenAI's logprobs object for the tokens so far (a stream: those not sent yet); None when the
+        request did not ask."""
+        if self.req.logprobs is None:
+            return None
+        start = self._sent_logprobs if unsent_only else 0
+        entries = self.logprobs[start:]
+        self._sent_logprobs = len(self.logprobs)
+        return logprobs_body(self.req.kind, entries, lambda t: self.tokenizer.decode([t]))
 
 
 # --------------------------------------------------------------------------- the app
@@ -372,14 +389,33 @@ def create_app(
             if METHODS[method].module == "hf_generate":
                 raise bad("response_format", f"method '{method}' cannot decode under a constraint; use 'ar'")
             constraint = compiled_constraint(*req.constraint)
+        if req.logprobs is not None and METHODS[method].module == "hf_generate":
+            raise bad("logprobs", f"method '{method}' cannot return logprobs; use 'ar'")
         config = GenerationConfig(
-            req.max_tokens or min(defaults.max_tokens, room), eos, sampling, scope, constraint
+            req.max_tokens or min(defaults.max_tokens, room), eos, sampling, scope, constraint, req.logprobs
         )
         try:
             config.validate()
         except FastForwardError as e:
             raise bad("fastforward", str(e)) from None
         return Reply(engine, tokenizer, req, ids, method, options, config, arrival)
+
+    template_tools = "tools" in str(getattr(tokenizer, "chat_template", "") or "")
+
+    def with_tools(req: GenerationRequest) -> list[dict[str, str]]:
+        """The messages, and where the answer must be a call but the chat template does not render tools, a
+        system line that lists them (the constraint fixes the call's shape; this tells the model what the
+        functions are for)."""
+        messages = list(req.messages or [])
+        if not req.tool_call or template_tools:
+            return messages
+        specs = json.dumps([t["function"] for t in req.tools or []])
+        line = (
+            f'Answer with one function call as JSON {{"name": ..., "arguments": {{...}}}}. Functions: {specs}'
+        )
+        if messages and messages[0]["role"] == "system":
+            return [{"role": "system", "content": messages[0]["content"] + "\n\n" + line}, *messages[1:]]
+        return [{"role": "system", "content": line}, *messages]
 
     constraints: OrderedDict[str, Constraint] = OrderedDict()  # compiled grammars, least recently used out
 
@@ -402,7 +438,7 @@ def create_app(
     def prompt_ids(req: GenerationRequest) -> list[int]:
         if req.kind == "chat":
             try:
-                return render_prompt(tokenizer, req.messages or [])
+                return render_prompt(tokenizer, with_tools(req), req.tools)
             except Exception as e:  # the chat template rejected the conversation (e.g. role order)
                 raise bad("messages", f"the chat template rejected the messages: {e}") from None
         if isinstance(req.prompt, list):
@@ -448,8 +484,11 @@ def create_app(
             return StreamingResponse(
                 stream(reply, env, text), media_type="text/event-stream", headers=headers
             )
+        calls = tool_calls(text) if req.tool_call and reply.finish_reason == "stop" else None
+        if calls:
+            reply.finish_reason = "tool_calls"
         reply.close(reply.finish_reason or "length")
-        body = env.full(text, reply.finish_reason or "length", reply.usage())
+        body = env.full(text, reply.finish_reason or "length", reply.usage(), reply.logprobs_body(), calls)
         body["fastforward"] = reply.extension()
         return JSONResponse(body)
 
@@ -459,14 +498,29 @@ def create_app(
         try:
             if env.kind == "chat":
                 yield sse({**env.chunk("", first=True), **use})
-            if first:
-                yield sse({**env.chunk(first), **use})
+            calling = reply.req.tool_call  # a call is sent whole once complete, not as text deltas
+            held = first
+            if first and not calling:
+                yield sse({**env.chunk(first, logprobs=reply.logprobs_body(True)), **use})
             while reply.finish_reason is None:
                 piece = await reply.next_text()
-                if piece:
-                    yield sse({**env.chunk(piece), **use})
+                held += piece
+                if piece and not calling:
+                    yield sse({**env.chunk(piece, logprobs=reply.logprobs_body(True)), **use})
+            calls = tool_calls(held) if calling and reply.finish_reason == "stop" else None
+            if calls:
+                reply.finish_reason = "tool_calls"
+                chunk = env.chunk(None, logprobs=reply.logprobs_body(True))
+                chunk["choices"][0]["delta"] = {"tool_calls": [{"index": 0, **calls[0]}]}
+                yield sse({**chunk, **use})
+            elif calling and held:  # not a complete call (the length cap): the text as it stands
+                yield sse({**env.chunk(held, logprobs=reply.logprobs_body(True)), **use})
             reason = reply.finish_reason
-            last = {**env.chunk(None if env.kind == "chat" else "", reply.finish_reason), **use}
+            end = reply.logprobs_body(True)  # tokens whose text no chunk has shown (held-back bytes)
+            if end is not None and not (end.get("content") or end.get("tokens")):
+                end = None
+            text = None if env.kind == "chat" else ""
+            last = {**env.chunk(text, reply.finish_reason, logprobs=end), **use}
             last["fastforward"] = reply.extension()
             yield sse(last)
             if reply.req.include_usage:

@@ -71,6 +71,7 @@ class Tokens:
 
     ids: list[int]
     at: float  # time.perf_counter() when committed
+    logprobs: list | None = None  # their core.logprobs.TokenLogprob entries, when the request asked
 
 
 @dataclass
@@ -344,7 +345,7 @@ class Engine:
                 raise Cancelled
             job.tokens += len(ids)
             job.steps += 1
-            job.deliver(Tokens(list(ids), time.perf_counter()))
+            job.deliver(Tokens(list(ids), time.perf_counter(), getattr(ids, "logprobs", None)))
 
         return on_tokens
 

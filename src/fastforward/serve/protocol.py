@@ -15,6 +15,8 @@ fields that ask for something this server cannot do (logprobs, tools, n > 1, ...
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -75,6 +77,9 @@ class GenerationRequest:
     return_token_ids: bool = False
     # structured output: (kind, spec) for fastforward.core.constraint (checked here: a bad schema is a 400)
     constraint: tuple[str, Any] | None = None
+    logprobs: int | None = None  # None: none asked; n: each token's log-probability and the n likeliest
+    tools: list[dict[str, Any]] | None = None  # the functions the model is told about (chat)
+    tool_call: bool = False  # the answer is one call of ``tools`` (tool_choice required / named)
 
 
 # --------------------------------------------------------------------------- field checks
@@ -157,6 +162,7 @@ def _common(body: Any, kind: str) -> GenerationRequest:
     _refuse_unsupported(body)
     _extension(body, req)
     _response_format(body, req)
+    _logprobs(body, req)
     return req
 
 
@@ -176,9 +182,6 @@ def _stops(v: Any) -> tuple[str, ...]:
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     """Fields whose non-default value asks for something this server does not do: refused, not ignored."""
     wanted = {
-        "logprobs": bool(_get(body, "logprobs")),
-        "top_logprobs": bool(_get(body, "top_logprobs")),
-        "tools": bool(_get(body, "tools")),
         "functions": bool(_get(body, "functions")),
         "echo": bool(_get(body, "echo")),
         "suffix": bool(_get(body, "suffix")),
@@ -219,6 +222,65 @@ def _extension(body: dict[str, Any], req: GenerationRequest) -> None:
         raise bad(EXTENSION, f"give one of '{EXTENSION}.regex' and '{EXTENSION}.choice', not both")
     if asked:
         req.constraint = _checked(f"{EXTENSION}.{asked[0]}", asked[0], ext[asked[0]])
+
+
+def _logprobs(body: dict[str, Any], req: GenerationRequest) -> None:
+    """Chat: ``logprobs`` (boolean) and ``top_logprobs`` (0-20, needs logprobs); completions: ``logprobs``
+    (0-5, the number of alternatives, as the legacy API)."""
+    if req.kind == "chat":
+        want = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs")
+        if top is not None and not 0 <= top <= 20:
+            raise bad("top_logprobs", f"'top_logprobs' must be in [0, 20], got {top}")
+        if top and not want:
+            raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+        req.logprobs = (top or 0) if want else None
+        return
+    n = _int(body, "logprobs")
+    if n is not None and not 0 <= n <= 5:
+        raise bad("logprobs", f"'logprobs' must be in [0, 5], got {n}")
+    req.logprobs = n
+
+
+def tool_calls(text: str) -> list[dict[str, Any]] | None:
+    """OpenAI's ``tool_calls`` for a complete constrained call ``{"name", "arguments"}``; None if it is not
+    one (cut by the length cap)."""
+    try:
+        call = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(call, dict) or "name" not in call or "arguments" not in call:
+        return None
+    fn = {"name": call["name"], "arguments": json.dumps(call["arguments"])}
+    return [{"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": fn}]
+
+
+def logprobs_body(kind: str, entries: list[Any], decode: Any) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` object for core.logprobs.TokenLogprob ``entries`` (None entries are skipped):
+    chat ``{"content": [{token, logprob, bytes, top_logprobs}]}``, completions the legacy parallel lists."""
+    entries = [e for e in entries if e is not None]
+    if kind == "chat":
+
+        def one(tok: int, lp: float) -> dict[str, Any]:
+            text = decode(tok)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+        return {
+            "content": [
+                {**one(e.token, e.logprob), "top_logprobs": [one(t, lp) for t, lp in e.top]} for e in entries
+            ]
+        }
+    texts = [decode(e.token) for e in entries]
+    offsets, at = [], 0
+    for t in texts:
+        offsets.append(at)
+        at += len(t)
+    return {
+        "tokens": texts,
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{decode(t): lp for t, lp in e.top} for e in entries],
+        "text_offset": offsets,
+    }
 
 
 def _response_format(body: dict[str, Any], req: GenerationRequest) -> None:
@@ -272,7 +334,81 @@ def parse_chat(body: Any) -> GenerationRequest:
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty array")
     req.messages = [_message(i, m) for i, m in enumerate(messages)]
+    _tools(body, req)
     return req
+
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _tools(body: dict[str, Any], req: GenerationRequest) -> None:
+    """``tools`` with ``tool_choice`` "required" or a named function: the answer is constrained to one call,
+    ``{"name": ..., "arguments": {...}}`` with the function's parameters schema (an exact constraint, so any
+    method gives constrained AR's call); "none" decodes text. "auto" (a free choice between text and a call)
+    is refused: deciding that needs the model's own tool-call format, which differs per model."""
+    tools = _get(body, "tools")
+    choice = _get(body, "tool_choice")
+    if tools is None:
+        if choice not in (None, "none"):
+            raise bad("tool_choice", "'tool_choice' needs 'tools'")
+        return
+    if not isinstance(tools, list) or not tools:
+        raise bad("tools", "'tools' must be a non-empty array")
+    names: list[str] = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise bad("tools", f'\'tools[{i}]\' must be {{"type": "function", "function": {{...}}}}')
+        name = fn.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise bad("tools", f"'tools[{i}].function.name' must be 1-64 letters, digits, _ or -")
+        params = fn.get("parameters", {"type": "object"})
+        if not isinstance(params, dict):
+            raise bad("tools", f"'tools[{i}].function.parameters' must be a JSON schema object")
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise bad("tools", "'tools' names a function twice")
+    req.tools = tools
+    if choice == "none":
+        return
+    if choice is None or choice == "auto":
+        raise bad(
+            "tool_choice",
+            "tool_choice 'auto' is not supported: pass 'required' or a named function (the answer is then "
+            "a call), or 'none'",
+        )
+    if choice == "required":
+        wanted = tools
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        wanted = [t for t in tools if t["function"]["name"] == name]
+        if not wanted:
+            raise bad("tool_choice", f"'tool_choice' names '{name}', which is not among 'tools'")
+    else:
+        raise bad("tool_choice", "'tool_choice' must be 'none', 'required' or {\"type\": \"function\", ...}")
+    if req.constraint is not None:
+        raise bad(
+            "tool_choice", "a tool call and 'response_format' / a regex cannot both constrain the answer"
+        )
+    req.constraint = _checked("tools", "json_schema", tool_call_schema(wanted))
+    req.tool_call = True
+
+
+def tool_call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON schema of one call of any of ``tools``."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": t["function"]["name"]},
+                "arguments": t["function"].get("parameters", {"type": "object"}),
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
 def _message(i: int, m: Any) -> dict[str, str]:
@@ -343,7 +479,11 @@ class Envelope:
     created: int = field(default_factory=lambda: int(time.time()))
 
     def chunk(
-        self, text: str | None, finish_reason: str | None = None, first: bool = False
+        self,
+        text: str | None,
+        finish_reason: str | None = None,
+        first: bool = False,
+        logprobs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One stream chunk: a text delta and/or the finish reason (chat's first chunk carries the role)."""
         if self.kind == "chat":
@@ -355,12 +495,12 @@ class Envelope:
             choice: dict[str, Any] = {
                 "index": 0,
                 "delta": delta,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
             obj = "chat.completion.chunk"
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
             obj = "text_completion"
         return {
             "id": self.id,
@@ -382,18 +522,28 @@ class Envelope:
             "usage": use,
         }
 
-    def full(self, text: str, finish_reason: str, use: dict[str, int]) -> dict[str, Any]:
-        """The non-streamed body."""
+    def full(
+        self,
+        text: str,
+        finish_reason: str,
+        use: dict[str, int],
+        logprobs: dict[str, Any] | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The non-streamed body (``tool_calls``: the message is a call, its content null)."""
         if self.kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "message": message,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
             obj = "text_completion"
         return {
             "id": self.id,
