@@ -178,16 +178,17 @@ def test_every_method_equals_constrained_ar_batched_or_not(tiny, tokenizer, name
         got = [dec.generate(p, cfg) for p in PROMPTS]
         assert [g.tokens for g in got] == [r.tokens for r in ref], method
         assert all(g.stats.extras["constraint_masks"] >= len(g.tokens) for g in got), method
-        if (
-            method == "sd" and name == "nested"
-        ):  # the grammar's forced tokens were proposed free, and accepted
-            assert sum(g.stats.extras["jump_forward_accepted"] for g in got) > 0
+        jumps = method in ("pld", "sd", "layerskip", "recycle", "suffix") and name == "nested"
+        if jumps:  # the grammar's forced tokens were proposed free, and accepted
+            assert sum(g.stats.extras["jump_forward_accepted"] for g in got) > 0, method
         try:
             bd = batched(dec, max_batch_size=2)
         except FastForwardError:
             continue  # no batched path for this configuration (said in one line elsewhere)
         rows = bd.generate_many(PROMPTS, cfg)
         assert [r.result.tokens for r in rows] == [r.tokens for r in ref], f"batched {method}"
+        if jumps and method in ("pld", "recycle", "suffix"):  # deterministic proposers jump batched too
+            assert sum(r.result.stats.extras["jump_forward_accepted"] for r in rows) > 0, method
 
 
 def test_methods_that_cannot_honour_a_constraint_say_so(tiny, tokenizer) -> None:

@@ -352,7 +352,12 @@ class BatchDecoder:
         drafts = self.proposer.propose(rows)
         matchers = [r.run.matcher for r in rows]
         constrained = any(m is not None for m in matchers)
-        if constrained and self.proposer.prunable:
+        jumped = [False] * len(rows)
+        if constrained and self.proposer.prunable:  # deterministic guesses: jump-forward, then pruning
+            for b, (row, m) in enumerate(zip(rows, matchers, strict=True)):
+                forced = m.jump(row.room - 1) if m is not None else []
+                if forced:
+                    drafts[b], jumped[b] = Draft.chain(forced), True
             drafts = [_pruned(m, d) for m, d in zip(matchers, drafts, strict=True)]
         blocks = [
             Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
@@ -373,6 +378,8 @@ class BatchDecoder:
                 blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
             )
             paths.append(verdict.path)
+            if jumped[b]:
+                row.run.matcher.forced_accepted += len(verdict.path) - 1
             if row.run.trace is not None:
                 row.run.trace.observe(blk.tokens, blk.parents, logits[b])
             ok = self._commit(row, verdict.tokens(blk.tokens), width=len(blk.tokens))

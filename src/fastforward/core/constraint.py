@@ -32,6 +32,7 @@ from fastforward.core.grammar import LABELS, _llguidance, grammar_for
 from fastforward.errors import FastForwardError
 
 _BITS = torch.arange(32, dtype=torch.int32)
+JUMP_MAX = 16  # most grammar-forced tokens proposed in one step (jump-forward)
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,6 +127,13 @@ class Matcher:
         if limit <= 0 or self.complete:
             return []
         return [int(t) for t in self.inner.compute_ff_tokens()[:limit]]
+
+    def jump(self, room: int) -> list[int]:
+        """This step's jump-forward draft: the forced tokens, at most :data:`JUMP_MAX` and ``room`` (tokens the
+        request may still take after the anchor's successor); counted as proposed."""
+        forced = self.forced(min(JUMP_MAX, room))
+        self.forced_tokens += len(forced)
+        return forced
 
     # ------------------------------------------------------------------ masks
 

@@ -206,8 +206,13 @@ class RecycleDecoder(Decoder):
                 else:
                     tree, rate = sizer.choose()
                     parallel = rate * (sizer.observe_ms + sizer.verify_ms(1)) >= 1.0  # beats an AR step
-                tokens, parents, depth = expand(tree, token, matrix) if parallel else ([token], [-1], 0)
-                tokens, parents = prune_block(run.matcher, tokens, parents)
+                room = run.config.max_new_tokens - len(run.tokens) - 1
+                forced = run.matcher.jump(room) if run.matcher is not None else []
+                if forced:  # jump-forward: what the grammar forces is this step's draft
+                    tokens, parents, depth = [token, *forced], list(range(-1, len(forced))), 0
+                else:
+                    tokens, parents, depth = expand(tree, token, matrix) if parallel else ([token], [-1], 0)
+                    tokens, parents = prune_block(run.matcher, tokens, parents)
             t1 = time.perf_counter()
             fwd = engine.forward([Block(tokens, parents)])
             logits = fwd.logits[0]  # [n + 1, V]
@@ -221,6 +226,9 @@ class RecycleDecoder(Decoder):
                 matrix.update(tokens, logits)
             run.commit(new, width=len(tokens))
             token = verdict.token
+            if forced:
+                run.matcher.forced_accepted += verdict.accepted
+                continue  # not a recycled tree: nothing for the tree sizer or the tree counters
             if len(tokens) > 1:
                 tree_steps += 1
                 drafted += len(tokens) - 1

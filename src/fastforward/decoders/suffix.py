@@ -287,6 +287,9 @@ class SuffixDecoder(Decoder):
                 toks, pars, scores, n_match, source = self._draft(context, tries)
                 n, _ = best_prefix(scores, self.verify_curve)
                 toks, pars = toks[:n], pars[:n]
+            forced = run.matcher.jump(config.max_new_tokens - len(run.tokens) - 1) if run.matcher else []
+            if forced:  # jump-forward: what the grammar forces is this step's draft
+                toks, pars, n = forced, list(range(-1, len(forced) - 1)), 0
             nodes = [token, *toks]
             parents = [-1, *(p + 1 for p in pars)]
             nodes, parents = prune_block(run.matcher, nodes, parents)
@@ -298,7 +301,9 @@ class SuffixDecoder(Decoder):
                 for t in new:
                     local.extend(t)
             token = verdict.token
-            if n:
+            if forced:
+                run.matcher.forced_accepted += verdict.accepted
+            elif n:
                 steps += 1
                 drafted += n
                 match_sum += n_match

@@ -29,8 +29,6 @@ from fastforward.core.sampling import make_generator, select_token
 from fastforward.decoders.speculative.drafters import DraftContext, Proposal
 from fastforward.errors import FastForwardError
 
-JUMP_MAX = 16  # most grammar-forced tokens proposed in one step (jump-forward)
-
 
 def next_gamma(gamma: int, proposed: int, accepted: int, lo: int, hi: int) -> int:
     """Adaptive draft length: +1 after a full acceptance, -1 after a rejection, kept in [lo, hi]."""
@@ -235,7 +233,7 @@ class SpeculativeDecoder(Decoder):
             room = config.max_new_tokens - len(tokens) - 1
             g = min(gamma, room)
             # jump-forward: what the grammar forces next is a free draft (verified like any other)
-            forced = matcher.forced(min(JUMP_MAX, room)) if matcher is not None else []
+            forced = matcher.jump(room) if matcher is not None else []
             proposal = Proposal(forced)
             t0 = time.perf_counter()
             if g > 0 and not forced:
@@ -252,7 +250,6 @@ class SpeculativeDecoder(Decoder):
             run.commit(verdict.tokens(block.tokens), width=len(block.tokens))
             engine.keep([verdict.path])  # the anchor and the accepted prefix of the draft
             if forced:
-                matcher.forced_tokens += len(forced)
                 matcher.forced_accepted += verdict.accepted
                 continue  # the drafter did not draft: nothing for it, its counters or the schedules to learn
             self.drafter.observe(verdict.accepted)
