@@ -350,7 +350,15 @@ def test_batched_suffix_and_recycle_draft_per_row_and_share_what_they_learn():
     flat = RecycleDecoder(tiny.model, RecycleOptions(), verify_curve=FREE)
     got, reqs, _ = _run(flat, PROMPTS[:3], cfg, batch_size=3)
     assert got == ref and sum(r.result.stats.extras["recycle_tree_steps"] for r in reqs) > 0
-    linear = RecycleDecoder(tiny.model, RecycleOptions(), verify_curve=lambda k: float(k))
-    got, reqs, _ = _run(linear, PROMPTS[:3], cfg, batch_size=3)
-    assert got == ref
-    assert all(r.result.stats.extras["recycle_tree_steps"] == 0 for r in reqs)
+    # the width policy where every extra fed token costs a whole forward (no CPU is that bad; the bound of
+    # "never below AR on any CPU kind"): no tree pays, so both methods take AR steps only, batched or not
+    linear = lambda k: float(k)  # noqa: E731
+    for dec, key in (
+        (RecycleDecoder(tiny.model, RecycleOptions(), verify_curve=linear), "recycle_tree_steps"),
+        (SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=linear), "suffix_tree_steps"),
+    ):
+        got, reqs, _ = _run(dec, PROMPTS[:3], cfg, batch_size=3)
+        assert got == ref and all(r.result.stats.extras[key] == 0 for r in reqs)
+        alone = [dec.generate(p, cfg) for p in PROMPTS[:3]]
+        assert [a.tokens for a in alone] == ref and all(a.stats.extras[key] == 0 for a in alone)
+        assert all(a.stats.target_forwards == len(a.tokens) for a in alone)  # one token per forward
