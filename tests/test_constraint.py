@@ -295,12 +295,12 @@ REAL_METHODS = ["pld", "lookahead", "jacobi", "recycle", "suffix", "layerskip", 
     ["nested", pytest.param("regex", marks=pytest.mark.slow), pytest.param("flat", marks=pytest.mark.slow)],
 )
 def test_every_lossless_method_equals_constrained_ar_on_real_prompts(smollm2, real_prompts, name) -> None:
-    """Default schedules on (gate, gamma_auto, tree=auto); a GSM8K and a HumanEval prompt; every complete
-    answer parses and has the required fields."""
+    """Default schedules on (gate, gamma_auto, tree=auto); a GSM8K prompt (and, in the slow set, a HumanEval
+    one); every complete answer parses and has the required fields."""
     kind, spec = REAL[name]
     c = smollm2.constraint(kind, spec)
     cfg = GenerationConfig(48, smollm2.eos_token_ids, constraint=c)
-    prompts = [real_prompts[0], real_prompts[16]]
+    prompts = [real_prompts[0]] + ([real_prompts[16]] if name != "nested" else [])
     ref = [ARDecoder(smollm2.model).generate(p, cfg) for p in prompts]
     for r in ref:
         text = smollm2.tokenizer.decode(r.tokens, skip_special_tokens=True)
