@@ -189,6 +189,11 @@ def test_every_method_equals_constrained_ar_batched_or_not(tiny, tokenizer, name
         assert [r.result.tokens for r in rows] == [r.tokens for r in ref], f"batched {method}"
         if jumps and method in ("pld", "recycle", "suffix"):  # deterministic proposers jump batched too
             assert sum(r.result.stats.extras["jump_forward_accepted"] for r in rows) > 0, method
+        if jumps and method in ("recycle", "suffix"):  # a jump step is neither a tree step nor an AR step
+            for r in rows:
+                x = r.result.stats.extras
+                steps = x[f"{method}_tree_steps"] + x[f"{method}_ar_steps"]
+                assert steps < r.result.stats.target_forwards - 1 or x["jump_forward_proposed"] == 0, x
 
 
 def test_methods_that_cannot_honour_a_constraint_say_so(tiny, tokenizer) -> None:

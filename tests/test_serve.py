@@ -289,6 +289,13 @@ def test_tool_calls_with_required_and_named_tool_choice(served: Served) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
         "tool_calls"
     ]
+    # the tool loop goes on: the call and its result come back as messages, the answer is text
+    follow = client.chat.completions.create(
+        model=served.model, max_tokens=8,
+        messages=[*messages, full.choices[0].message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": full.choices[0].message.tool_calls[0].id, "content": "18 C"}],
+    )  # fmt: skip
+    assert follow.choices[0].message.content and follow.choices[0].finish_reason in ("stop", "length")
 
 
 def test_models_health_and_metrics(served: Served) -> None:
@@ -425,6 +432,18 @@ ALL_BAD: list[tuple[str, Any, int, str | None]] = [
     ),  # fmt: skip
     ("chat", {**OK, "tools": "f", "tool_choice": "required"}, 400, "tools"),
     ("chat", {**OK, "tool_choice": "required"}, 400, "tool_choice"),
+    (
+        "completions",
+        {"prompt": "hi", "max_tokens": 2, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        400,
+        "tools",
+    ),  # fmt: skip
+    (
+        "chat",
+        {**OK, "messages": [{"role": "assistant", "content": None, "tool_calls": "f"}]},
+        400,
+        "messages[0].tool_calls",
+    ),  # fmt: skip
     ("chat", {**OK, "max_tokens": 9000}, 400, "max_tokens"),  # prompt + max_tokens > context (8192)
     ("completions", {"prompt": "hello " * 9000, "max_tokens": 2}, 400, "prompt"),  # prompt > context
     ("completions", {"max_tokens": 2}, 400, "prompt"),

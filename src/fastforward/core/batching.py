@@ -100,6 +100,9 @@ class Row:
     generator: torch.Generator | None
     state: Any = None
     rule: Rule = EXACT  # the proposer's acceptance rule, this row's copy (a stateful rule's state is per row)
+    jumped: bool = (
+        False  # this step's draft was the grammar's forced tokens, not the proposer's (jump-forward)
+    )
 
     @property
     def anchor(self) -> int:
@@ -358,6 +361,7 @@ class BatchDecoder:
                 forced = m.jump(row.room - 1) if m is not None else []
                 if forced:
                     drafts[b], jumped[b] = Draft.chain(forced), True
+                row.jumped = jumped[b]
             drafts = [_pruned(m, d) for m, d in zip(matchers, drafts, strict=True)]
         blocks = [
             Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])

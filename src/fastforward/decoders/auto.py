@@ -123,6 +123,7 @@ class AutoDecoder(Decoder):
         super().__init__(chosen.model, chosen.context_length)
         self.chosen, self.choice, self.why = chosen, choice, why
         self.lossless = chosen.lossless  # always true: every candidate is checked lossless
+        self.unconstrained_why = chosen.unconstrained_why  # a constraint / logprobs: as the chosen method
 
     def reopen_estimates(self) -> None:
         self.chosen.reopen_estimates()

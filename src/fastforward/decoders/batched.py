@@ -276,13 +276,10 @@ class RecycleProposer(Proposer):
             if sizer is not None:
                 tree, rate = sizer.choose()
                 if rate * (sizer.observe_ms + sizer.verify_ms(1)) < 1.0:  # no tree beats an AR step
-                    st["ar"] += 1
                     drafts.append(Draft())
                     continue
             tokens, parents, _ = expand(tree, row.anchor, self._matrix(row))
             tokens, parents = tokens[: row.room], parents[: row.room]  # nodes past the cap would be cut
-            st["tree" if len(tokens) > 1 else "ar"] += 1
-            st["drafted"] += len(tokens) - 1
             drafts.append(Draft(tokens[1:], [p - 1 for p in parents[1:]]))
         return drafts
 
@@ -295,6 +292,11 @@ class RecycleProposer(Proposer):
             # each level's row as it stood when the tree was grown (what every rank would have scored)
             seen = matrix.rows([fed[0], *new[:-1]][:depth]) if sizer is not None else []
             matrix.update(fed, logits[b][: len(fed)])
+            if row.jumped:  # the grammar's forced tokens, not a recycled tree: nothing to count or size
+                continue
+            st = row.state
+            st["tree" if d.tokens else "ar"] += 1
+            st["drafted"] += len(d.tokens)
             if sizer is not None and not row.run.done:
                 sizer.observe(new, seen, len(fed), 0.0, 0.0, 0.0)
 
@@ -349,19 +351,22 @@ class SuffixProposer(Proposer):
             toks, pars, scores, n_match, source = d._draft(context, st["tries"])
             n, _ = best_prefix(scores, d.verify_curve)
             n = min(n, max(row.room - 1, 0))  # a best-first prefix is still a tree
-            if n:
-                st["tree"] += 1
-                st["drafted"] += n
-                st["match"] += n_match
-                st["from_global"] += source
-            else:
-                st["ar"] += 1
+            st["pending"] = (n_match, source)  # counted in observe(), once the step's draft is known
             drafts.append(Draft(toks[:n], pars[:n]))
         return drafts
 
     def observe(self, rows, drafts, paths, argmax, hidden) -> None:
-        for row in rows:
+        for row, d in zip(rows, drafts, strict=True):
             st = row.state
+            if not row.jumped:  # a jump-forward step drafted the grammar's tokens, not the trie's
+                n_match, source = st.pop("pending", (0, 0))
+                if d.tokens:
+                    st["tree"] += 1
+                    st["drafted"] += len(d.tokens)
+                    st["match"] += n_match
+                    st["from_global"] += source
+                else:
+                    st["ar"] += 1
             for t in row.run.tokens[st["seen"] :]:
                 st["local"].extend(t)
             st["seen"] = len(row.run.tokens)

@@ -127,6 +127,7 @@ class Reply:
         self.token_ids: list[int] = []
         self.logprobs: list[Any] = []  # core.logprobs entries of token_ids, when the request asked
         self._sent_logprobs = 0  # how many a stream has sent
+        self._text_offset = 0  # legacy completions: where the next entry's text starts in the reply
         self.tokenizer = tokenizer
         self.first_at: float | None = None
         self.last_at: float | None = None
@@ -186,7 +187,7 @@ class Reply:
         m, now = self.engine.metrics, time.perf_counter()
         m.request_success.labels(self.method, reason).inc()
         m.generation_tokens.labels(self.method).inc(len(self.token_ids))
-        if reason in ("stop", "length"):
+        if reason in ("stop", "length", "tool_calls"):
             m.e2e.labels(self.method).observe(now - self.arrival)
 
     def extension(self) -> dict[str, Any]:
@@ -247,9 +248,13 @@ class Reply:
         if self.req.logprobs is None:
             return None
         start = self._sent_logprobs if unsent_only else 0
+        offset = self._text_offset if unsent_only else 0
         entries = self.logprobs[start:]
         self._sent_logprobs = len(self.logprobs)
-        return logprobs_body(self.req.kind, entries, lambda t: self.tokenizer.decode([t]))
+        body = logprobs_body(self.req.kind, entries, lambda t: self.tokenizer.decode([t]), offset)
+        if unsent_only and body is not None and "tokens" in body:
+            self._text_offset = offset + sum(len(t) for t in body["tokens"])
+        return body
 
 
 # --------------------------------------------------------------------------- the app
@@ -387,8 +392,10 @@ def create_app(
         constraint = None
         if req.constraint is not None:
             if METHODS[method].module == "hf_generate":
-                raise bad("response_format", f"method '{method}' cannot decode under a constraint; use 'ar'")
-            constraint = compiled_constraint(*req.constraint)
+                raise bad(
+                    req.constraint_param, f"method '{method}' cannot decode under a constraint; use 'ar'"
+                )
+            constraint = compiled_constraint(*req.constraint, param=req.constraint_param)
         if req.logprobs is not None and METHODS[method].module == "hf_generate":
             raise bad("logprobs", f"method '{method}' cannot return logprobs; use 'ar'")
         config = GenerationConfig(
@@ -419,7 +426,7 @@ def create_app(
 
     constraints: OrderedDict[str, Constraint] = OrderedDict()  # compiled grammars, least recently used out
 
-    def compiled_constraint(kind: str, spec: Any) -> Constraint:
+    def compiled_constraint(kind: str, spec: Any, param: str = "response_format") -> Constraint:
         """The request's constraint compiled for the served tokenizer, kept for the next request with the
         same schema (a server sees the same tool schemas again and again)."""
         key = json.dumps([kind, spec], sort_keys=True)
@@ -428,7 +435,7 @@ def create_app(
             try:
                 hit = engine.target.constraint(kind, spec)
             except FastForwardError as e:
-                raise bad("response_format", str(e)) from None
+                raise bad(param, str(e)) from None
             constraints[key] = hit
             while len(constraints) > CONSTRAINT_CACHE:
                 constraints.popitem(last=False)

@@ -10,7 +10,9 @@ Accepted fields follow OpenAI's chat and legacy completions APIs (``model``, ``m
 ``stream``, ``stream_options.include_usage``, ``response_format`` text / json_object / json_schema), vLLM's
 ``top_k`` and our extension object ``fastforward: {method, opt, ignore_eos, return_token_ids, regex, choice}``
 (``regex`` / ``choice``: structured output beyond JSON, as vLLM's ``guided_regex`` / ``guided_choice``). Unknown fields are ignored, as OpenAI does;
-fields that ask for something this server cannot do (logprobs, tools, n > 1, ...) are refused.
+fields that ask for something this server cannot do (n > 1, ``tool_choice`` auto, tools on completions, ...)
+are refused. ``logprobs`` / ``top_logprobs`` and ``tools`` with a required or named ``tool_choice`` (chat) are
+served; see docs/serving.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_STOPS = 4
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 EXTENSION = "fastforward"
 EXTENSION_KEYS = {"method", "opt", "ignore_eos", "return_token_ids", "regex", "choice"}
 
@@ -77,6 +79,7 @@ class GenerationRequest:
     return_token_ids: bool = False
     # structured output: (kind, spec) for fastforward.core.constraint (checked here: a bad schema is a 400)
     constraint: tuple[str, Any] | None = None
+    constraint_param: str = "response_format"  # the request field the constraint came from (for a 400)
     logprobs: int | None = None  # None: none asked; n: each token's log-probability and the n likeliest
     tools: list[dict[str, Any]] | None = None  # the functions the model is told about (chat)
     tool_call: bool = False  # the answer is one call of ``tools`` (tool_choice required / named)
@@ -159,7 +162,7 @@ def _common(body: Any, kind: str) -> GenerationRequest:
         if not isinstance(opts, dict):
             raise bad("stream_options", f"'stream_options' must be an object, got {_jtype(opts)}")
         req.include_usage = _bool(opts, "include_usage")
-    _refuse_unsupported(body)
+    _refuse_unsupported(body, kind)
     _extension(body, req)
     _response_format(body, req)
     _logprobs(body, req)
@@ -179,9 +182,11 @@ def _stops(v: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _refuse_unsupported(body: dict[str, Any]) -> None:
+def _refuse_unsupported(body: dict[str, Any], kind: str = "chat") -> None:
     """Fields whose non-default value asks for something this server does not do: refused, not ignored."""
     wanted = {
+        "tools": kind != "chat" and bool(_get(body, "tools")),
+        "tool_choice": kind != "chat" and _get(body, "tool_choice") is not None,
         "functions": bool(_get(body, "functions")),
         "echo": bool(_get(body, "echo")),
         "suffix": bool(_get(body, "suffix")),
@@ -221,7 +226,8 @@ def _extension(body: dict[str, Any], req: GenerationRequest) -> None:
     if len(asked) > 1:
         raise bad(EXTENSION, f"give one of '{EXTENSION}.regex' and '{EXTENSION}.choice', not both")
     if asked:
-        req.constraint = _checked(f"{EXTENSION}.{asked[0]}", asked[0], ext[asked[0]])
+        req.constraint_param = f"{EXTENSION}.{asked[0]}"
+        req.constraint = _checked(req.constraint_param, asked[0], ext[asked[0]])
 
 
 def _logprobs(body: dict[str, Any], req: GenerationRequest) -> None:
@@ -255,7 +261,7 @@ def tool_calls(text: str) -> list[dict[str, Any]] | None:
     return [{"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": fn}]
 
 
-def logprobs_body(kind: str, entries: list[Any], decode: Any) -> dict[str, Any] | None:
+def logprobs_body(kind: str, entries: list[Any], decode: Any, offset: int = 0) -> dict[str, Any] | None:
     """OpenAI's ``logprobs`` object for core.logprobs.TokenLogprob ``entries`` (None entries are skipped):
     chat ``{"content": [{token, logprob, bytes, top_logprobs}]}``, completions the legacy parallel lists."""
     entries = [e for e in entries if e is not None]
@@ -271,7 +277,7 @@ def logprobs_body(kind: str, entries: list[Any], decode: Any) -> dict[str, Any] 
             ]
         }
     texts = [decode(e.token) for e in entries]
-    offsets, at = [], 0
+    offsets, at = [], offset
     for t in texts:
         offsets.append(at)
         at += len(t)
@@ -391,7 +397,7 @@ def _tools(body: dict[str, Any], req: GenerationRequest) -> None:
             "tool_choice", "a tool call and 'response_format' / a regex cannot both constrain the answer"
         )
     req.constraint = _checked("tools", "json_schema", tool_call_schema(wanted))
-    req.tool_call = True
+    req.constraint_param, req.tool_call = "tools", True
 
 
 def tool_call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -419,6 +425,9 @@ def _message(i: int, m: Any) -> dict[str, str]:
     if role not in ROLES:
         raise bad(f"{where}.role", f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}")
     content = m.get("content")
+    calls = m.get("tool_calls")
+    if role == "assistant" and content is None and calls is not None:  # an earlier reply that was a call
+        return {"role": "assistant", "content": _calls_text(where, calls)}
     if isinstance(content, list):  # content parts: text only
         parts = []
         for part in content:
@@ -433,6 +442,26 @@ def _message(i: int, m: Any) -> dict[str, str]:
     if not isinstance(content, str):
         raise bad(f"{where}.content", f"'{where}.content' must be a string, got {_jtype(content)}")
     return {"role": ROLES[role], "content": content}
+
+
+def _calls_text(where: str, calls: Any) -> str:
+    """An assistant message's ``tool_calls`` as the text this server decodes a call as (one JSON object per
+    call, ``{"name", "arguments"}``), so the conversation goes back through the chat template as text."""
+    if not isinstance(calls, list) or not calls:
+        raise bad(f"{where}.tool_calls", f"'{where}.tool_calls' must be a non-empty array")
+    out = []
+    for c in calls:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad(f"{where}.tool_calls", f"'{where}.tool_calls' entries need function.name")
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except (TypeError, json.JSONDecodeError):
+            raise bad(
+                f"{where}.tool_calls", f"'{where}.tool_calls' arguments must be a JSON string"
+            ) from None
+        out.append(json.dumps({"name": fn["name"], "arguments": args}))
+    return "\n".join(out)
 
 
 def parse_completion(body: Any) -> GenerationRequest:
