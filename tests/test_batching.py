@@ -13,13 +13,13 @@ from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request
 from fastforward.core.cache import new_cache, slot_rows
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.ragged import Block, block_inputs, compact
-from fastforward.decoders.ar import ARDecoder
-from fastforward.decoders.batched import ARProposer, batched
+from fastforward.decoders.ar import ARDecoder, ARProposer
+from fastforward.decoders.batched import batched
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
 from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
 from fastforward.decoders.recycle import RecycleDecoder, RecycleOptions
 from fastforward.decoders.registry import build_decoder
-from fastforward.decoders.speculative.drafters import ModelDrafter, PromptLookupDrafter
+from fastforward.decoders.speculative.drafters import LookupFirstDrafter, ModelDrafter, PromptLookupDrafter
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
 from fastforward.decoders.suffix import SuffixDecoder, SuffixOptions
 from fastforward.errors import FastForwardError
@@ -246,10 +246,38 @@ def test_methods_without_a_batched_path_say_so():
         batched(build_decoder("lookahead", tiny))
     with pytest.raises(FastForwardError, match="pool_size"):
         batched(JacobiDecoder(tiny.model, JacobiConfig(pool_size=2)))
-    with pytest.raises(FastForwardError, match="fixed gamma"):
-        batched(build_decoder("pld", tiny, None, {"adaptive": True}))
     with pytest.raises(FastForwardError, match="drop lookup"):
         batched(ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(lookup=4)))
+
+
+@pytest.mark.parametrize("config", ["adaptive", "gamma_auto", "lookup_first", "draft_stop"])
+def test_every_speculative_configuration_batches_like_batch_one(config):
+    """Batch 1 is a batch of one row of the same proposer, so what decodes at batch 1 batches: a row drafts
+    with a drafter of its own (lookup_first, a draft that stops early) and keeps its own draft length
+    (adaptive); gamma_auto keeps the fixed gamma in a batch. Every row equals greedy AR, EOS included."""
+    tiny = make_tiny()
+    m, other = tiny.model, make_tiny(seed=3).model
+    spec = {
+        "adaptive": SpecConfig(gamma=2, adaptive=True, gamma_max=6),
+        "gamma_auto": SpecConfig(gamma=3, gamma_auto=True),
+        "lookup_first": SpecConfig(gamma=3),
+        "draft_stop": SpecConfig(gamma=4),
+    }[config]
+    drafter = {
+        "lookup_first": LookupFirstDrafter(PromptLookupDrafter(3, 2), ModelDrafter(other)),
+        "draft_stop": ModelDrafter(m, stop_below=0.5),
+    }.get(config, ModelDrafter(m))
+    decoder = SpeculativeDecoder(m, drafter, EXACT, spec, "sd")
+    full = _reference(m, PROMPTS, greedy_config(20))
+    cfg = greedy_config(20, (full[0][9],))  # a token that does occur: it ends some rows early
+    got, reqs, _ = _run(decoder, PROMPTS, cfg)
+    assert got == _reference(m, PROMPTS, cfg)
+    assert sum(r.result.stats.extras["spec_proposed"] for r in reqs) > 0  # the rows did draft
+    if config == "lookup_first":  # both drafters took turns, each row counting its own
+        extras = [r.result.stats.extras for r in reqs]
+        assert (
+            sum(e["spec_lookup_steps"] for e in extras) > 0 and sum(e["spec_model_steps"] for e in extras) > 0
+        )
 
 
 def test_sampling_rows_stay_within_limits_and_are_seeded():

@@ -35,6 +35,7 @@ from fastforward.core.acceptance import EXACT, Rule
 from fastforward.core.constraint import subtree
 from fastforward.core.decoder import (
     Cancelled,
+    Decoder,
     GenerationConfig,
     GenerationResult,
     Run,
@@ -118,6 +119,23 @@ class Row:
         return self.run.config.max_new_tokens - len(self.run.tokens)
 
 
+@dataclass
+class Verified:
+    """What a proposer observes of a step's verify forward, per row b: the target's argmax after every node
+    (``argmax[b]``), its logits there (``logits[b]`` [m_b, V], grammar-masked for a constrained row), its last
+    hidden states (``hidden[b]`` [m_b, d], when the proposer asked), and how long the step's propose and
+    forward took. Those times are a row's own cost only when it ran alone (``solo``: batch 1); in a batch
+    the forward's time is shared, so a cost-sized proposer reads the machine's cost curve instead."""
+
+    argmax: list[list[int]]
+    logits: list[torch.Tensor]
+    hidden: list[torch.Tensor] | None
+    propose_ms: float = 0.0  # the step's proposing (drafts, jump-forward, pruning)
+    forward_ms: float = 0.0  # the model call alone
+    verify_ms: float = 0.0  # the forward with its inputs, acceptance, commit and cache bookkeeping
+    solo: bool = False
+
+
 class Proposer:
     """A method's drafter over a batch. Rows keep their order; a proposer with batched state of its own
     (a draft model's cache) follows :meth:`admit` (a row appended last) and :meth:`retain` (rows left)."""
@@ -125,10 +143,14 @@ class Proposer:
     name: str = "proposer"
     hidden_states: bool = False  # the verify forward must return the target's last hidden states
     rule: Rule = EXACT  # how every row's guesses are judged (the configured method's rule)
-    wants_logits: bool = False  # observe() also takes the verify forward's logits (logits=[b] -> [m_b, V])
-    # a constrained row's deterministic guesses the grammar forbids may be dropped before the forward (the
-    # proposer's observe() then sees the pruned draft); False where a proposer's state follows its own draft
+    # under a grammar, a row's step may be the grammar's forced tokens instead of the proposer's guesses
+    # (jump-forward: ``row.jumped`` is set before propose(), which may skip that row), and deterministic
+    # guesses the grammar forbids are dropped before the forward (observe() then sees the pruned draft);
+    # False where a proposer's state follows its own draft (a Jacobi iterate, Chimera's heads)
     prunable: bool = False
+
+    def check(self, config: GenerationConfig) -> None:
+        """A one-line error for a request this method cannot decode (checked before it is queued)."""
 
     def admit(self, row: Row, prefill: Any) -> None:
         """A new row, after its prefill (``prefill`` is the model output) and first committed token."""
@@ -138,17 +160,11 @@ class Proposer:
         raise NotImplementedError
 
     def observe(
-        self,
-        rows: Sequence[Row],
-        drafts: Sequence[Draft],
-        paths: Sequence[list[int]],
-        argmax: list[list[int]],
-        hidden: list[torch.Tensor] | None,
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
     ) -> None:
-        """After verification: ``paths[b]`` the accepted nodes of row b's block (0 = anchor, node i + 1 =
-        ``drafts[b].tokens[i]``), ``argmax[b]`` the target's argmax after every node, ``hidden[b]`` the
-        target's last hidden states there ([m_b, d], when :attr:`hidden_states`). Called before finished
-        rows leave."""
+        """After verification and commit: ``paths[b]`` the accepted nodes of row b's block (0 = anchor, node
+        i + 1 = ``drafts[b].tokens[i]``), ``out`` what the forward gave (:class:`Verified`). Called before
+        finished rows leave."""
 
     def retain(self, keep: Sequence[int]) -> None:
         """Only rows ``keep`` (indices, ascending) stay in the batch."""
@@ -233,10 +249,7 @@ class BatchDecoder:
         self.context_length = model_context_length(model)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        eos = getattr(cfg, "eos_token_id", None)
-        pad = getattr(cfg, "pad_token_id", None)
-        self.pad_id = int(pad if pad is not None else (eos[0] if isinstance(eos, list) else eos or 0))
+        self.pad_id = pad_token(model)
         self.rows: list[Row] = []
         if layout not in LAYOUTS:
             raise FastForwardError(f"batch layout must be one of {', '.join(LAYOUTS)}, got '{layout}'")
@@ -250,6 +263,7 @@ class BatchDecoder:
     def submit(self, request: Request) -> Request:
         """Queue a request (checked now: a bad one is refused in one line, nothing else is affected)."""
         request.config.validate()
+        self.proposer.check(request.config)
         if not request.prompt:
             raise FastForwardError("the prompt is empty")
         need = len(request.prompt) + request.config.max_new_tokens
@@ -352,47 +366,7 @@ class BatchDecoder:
 
     def _verify_step(self, finished: list[Request]) -> None:
         rows = self.rows
-        drafts = self.proposer.propose(rows)
-        matchers = [r.run.matcher for r in rows]
-        constrained = any(m is not None for m in matchers)
-        jumped = [False] * len(rows)
-        if constrained and self.proposer.prunable:  # deterministic guesses: jump-forward, then pruning
-            for b, (row, m) in enumerate(zip(rows, matchers, strict=True)):
-                forced = m.jump(row.room - 1) if m is not None else []
-                if forced:
-                    drafts[b], jumped[b] = Draft.chain(forced), True
-                row.jumped = jumped[b]
-            drafts = [_pruned(m, d) for m, d in zip(matchers, drafts, strict=True)]
-        blocks = [
-            Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
-            for r, d in zip(rows, drafts, strict=True)
-        ]
-        fwd = self.layout.forward(blocks, self.pad_id, self.proposer.hidden_states)
-        if constrained:
-            fwd.constrain(matchers, blocks)
-        logits, argmax, hidden, fed = fwd.logits, fwd.argmax, fwd.hidden, fwd.fed
-        self.stats.forwards += 1
-        self.stats.row_steps += len(rows)
-        self.stats.nodes_fed += fed
-        self.stats.real_nodes += sum(len(b.tokens) for b in blocks)
-        paths: list[list[int]] = []
-        alive: list[bool] = []
-        for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
-            verdict = row.rule.verify(
-                blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
-            )
-            paths.append(verdict.path)
-            if jumped[b]:
-                row.run.matcher.forced_accepted += len(verdict.path) - 1
-            if row.run.trace is not None:
-                row.run.trace.observe(blk.tokens, blk.parents, logits[b])
-            ok = self._commit(row, verdict.tokens(blk.tokens), width=len(blk.tokens))
-            alive.append(ok and not row.run.done)
-        self.layout.keep(paths)
-        if self.proposer.wants_logits:
-            self.proposer.observe(rows, drafts, paths, argmax, hidden, logits=logits)
-        else:
-            self.proposer.observe(rows, drafts, paths, argmax, hidden)
+        alive = verify_step(self.layout, self.proposer, rows, self.pad_id, self._commit, self.stats)
         if not all(alive):
             keep = [i for i, a in enumerate(alive) if a]
             for i, a in enumerate(alive):
@@ -438,6 +412,122 @@ class BatchDecoder:
             trace = row.run.trace
             req.result = GenerationResult(row.run.tokens, stats, trace.entries if trace is not None else None)
         finished.append(req)
+
+
+Commit = Callable[[Row, list[int], int], bool]  # commit a row's tokens (width fed); False: the row ends
+
+
+def verify_step(
+    engine: Any,
+    proposer: Proposer,
+    rows: Sequence[Row],
+    pad_id: int,
+    commit: Commit,
+    stats: BatchStats | None = None,
+) -> list[bool]:
+    """THE step, for every method and every batch size (batch 1 is a batch of one row):
+
+    1. *propose*: every row's draft (a chain or tree under its anchor; empty: an AR step). A constrained row
+       of a deterministic proposer takes the grammar's forced tokens instead when there are any
+       (jump-forward), and its guesses the grammar forbids are pruned;
+    2. *verify*: ONE forward of the target over every row's block ``[anchor ; guesses]`` (``engine``: the
+       rows' :class:`~fastforward.core.engine.ModelEngine`, or the packed layout), constrained rows' logits
+       masked by their grammar;
+    3. *accept*: each row's rule (:class:`~fastforward.core.acceptance.Rule`) keeps a path and adds the
+       target's token;
+    4. *commit*: through ``commit`` (the row's :meth:`Run.commit`: EOS, the length cap, streaming); the
+       cache keeps each row's accepted path; the proposer observes what was accepted.
+
+    Returns, per row, whether it goes on (False: finished or cancelled; the caller retires it)."""
+    t0 = time.perf_counter()
+    matchers = [r.run.matcher for r in rows]
+    constrained = any(m is not None for m in matchers)
+    forced: list[list[int]] = [[] for _ in rows]
+    if constrained and proposer.prunable:  # jump-forward: what the grammar forces is the row's draft
+        for b, (row, m) in enumerate(zip(rows, matchers, strict=True)):
+            forced[b] = m.jump(row.room - 1) if m is not None else []
+            row.jumped = bool(forced[b])
+    drafts = proposer.propose(rows)  # a row that jumped may be given anything: its forced tokens replace it
+    jumped = [bool(f) for f in forced]
+    if constrained and proposer.prunable:  # deterministic guesses the grammar forbids cost width only
+        drafts = [
+            Draft.chain(f) if f else _pruned(m, d) for f, m, d in zip(forced, matchers, drafts, strict=True)
+        ]
+    blocks = [
+        Block([r.anchor, *d.tokens], [-1, *(p + 1 for p in d.parents)])
+        for r, d in zip(rows, drafts, strict=True)
+    ]
+    t1 = time.perf_counter()
+    fwd = engine.forward(blocks, pad_id, proposer.hidden_states)
+    if constrained:
+        fwd.constrain(matchers, blocks)
+    logits, argmax = fwd.logits, fwd.argmax
+    if stats is not None:
+        stats.forwards += 1
+        stats.row_steps += len(rows)
+        stats.nodes_fed += fwd.fed
+        stats.real_nodes += sum(len(b.tokens) for b in blocks)
+    paths: list[list[int]] = []
+    alive: list[bool] = []
+    for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
+        verdict = row.rule.verify(
+            blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
+        )
+        paths.append(verdict.path)
+        if jumped[b]:
+            row.run.matcher.forced_accepted += len(verdict.path) - 1
+        if row.run.trace is not None:
+            row.run.trace.observe(blk.tokens, blk.parents, logits[b])
+        ok = commit(row, verdict.tokens(blk.tokens), len(blk.tokens))
+        alive.append(ok and not row.run.done)
+    engine.keep(paths)
+    t2 = time.perf_counter()
+    out = Verified(argmax, logits, fwd.hidden, (t1 - t0) * 1e3, fwd.ms, (t2 - t1) * 1e3, solo=len(rows) == 1)
+    proposer.observe(rows, drafts, paths, out)
+    share = (t1 - t0 + time.perf_counter() - t2) / len(rows)  # drafting and observing, split over rows
+    for row in rows:
+        row.run.stats.draft_time_s += share
+    return alive
+
+
+def pad_token(model: torch.nn.Module) -> int:
+    """What pads a shorter row's block (never seen: pad nodes are masked): the pad token, else EOS, else 0."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    eos = getattr(cfg, "eos_token_id", None)
+    pad = getattr(cfg, "pad_token_id", None)
+    return int(pad if pad is not None else (eos[0] if isinstance(eos, list) else eos or 0))
+
+
+class ProposerDecoder(Decoder):
+    """A method that is a :class:`Proposer` (plus its rule): batch 1 runs :func:`verify_step` over one row,
+    the step the batched scheduler runs over many, so the method has no loop of its own and every
+    configuration that decodes at batch 1 batches. Subclasses implement :meth:`proposer`."""
+
+    def proposer(self, solo: bool) -> Proposer:
+        """A fresh proposer (its per-batch state empty; what the method keeps across requests lives on the
+        decoder). ``solo``: it will only ever see one row (batch 1), so a forward's time is that row's cost."""
+        raise NotImplementedError
+
+    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
+        proposer = self.proposer(solo=True)
+        proposer.check(run.config)
+        engine, out = self.prefill(prompt_ids, run, proposer.hidden_states, attach=False)
+        sampling = run.config.sampling
+        request = Request(prompt_ids[0].tolist(), run.config)
+        row = Row(request, run, make_generator(sampling, self.device), rule=proposer.rule.start())
+        run.commit([int(select_token(out.logits[0, -1], sampling, row.generator))])
+        if not run.done:
+            proposer.admit(row, out)
+            pad = pad_token(self.model)
+            while verify_step(engine, proposer, [row], pad, _commit_solo)[0]:
+                pass
+        run.stats.extras.update(proposer.row_extras(row))
+
+
+def _commit_solo(row: Row, tokens: list[int], width: int) -> bool:
+    """Batch 1's commit: a raising callback (a cancelled request) propagates to the caller, as it always has."""
+    row.run.commit(tokens, width=width)
+    return True
 
 
 def _pruned(matcher: Any, draft: Draft) -> Draft:

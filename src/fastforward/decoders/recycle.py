@@ -32,17 +32,15 @@ What differs from the paper, and why:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from fastforward.chimera.tree import Tree, TreeSizer, default_tree
-from fastforward.core.acceptance import EXACT
-from fastforward.core.constraint import prune_block
-from fastforward.core.decoder import Decoder, Run, Timer
-from fastforward.core.engine import Block
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.sampling import make_generator, select_token
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 from fastforward.models.loading import logits_width
@@ -141,7 +139,7 @@ def expand(tree: Tree, anchor: int, adjacency: Adjacency) -> tuple[list[int], li
     return tokens, parents, depth
 
 
-class RecycleDecoder(Decoder):
+class RecycleDecoder(ProposerDecoder):
     name = "recycle"
 
     def __init__(
@@ -178,80 +176,107 @@ class RecycleDecoder(Decoder):
         o = self.options
         return TreeSizer(self.verify_curve, o.depth, ranks=o.ranks, max_nodes=o.max_nodes, timed=timed)
 
-    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        opts, stats, sampling = self.options, run.stats, run.config.sampling
-        gen = make_generator(sampling, self.device)
-        rule = EXACT  # point-mass drafts: identical to AR when greedy, rejection sampling over the tree otherwise
-        # a seed must reproduce: a request-local matrix and trees from the cached cost curve only
-        matrix = Adjacency(self.vocab, opts.topk) if sampling.seeded else self.matrix
-        if not opts.persist:
-            matrix.reset()
-        known0 = matrix.known()
-        prompt = prompt_ids[0].tolist()
-        sizer = self._sizer(timed=not sampling.seeded)
+    def proposer(self, solo: bool) -> RecycleProposer:
+        if self.options.tree == "auto" and self.verify_curve is None:
+            self.verify_curve = interpolate(measure_curve(self.model))
+        return RecycleProposer(self, timed=solo)
 
-        engine, out = self.prefill(prompt_ids, run)
-        with Timer(stats, "draft_time_s"):
-            matrix.seed(prompt)
-            matrix.update(prompt[-1:], out.logits[0, -1:])
-        token = int(select_token(out.logits[0, -1], sampling, gen))
-        run.commit([token])
-        tree_steps = ar_steps = drafted = 0
-        hist: list[int] = []  # [a] = tree forwards that accepted a drafted tokens
-        while not run.done:
-            t0 = time.perf_counter()
-            with Timer(stats, "draft_time_s"):
-                if sizer is None:
-                    tree, parallel = self.tree, True
-                else:
-                    tree, rate = sizer.choose()
-                    parallel = rate * (sizer.observe_ms + sizer.verify_ms(1)) >= 1.0  # beats an AR step
-                room = run.config.max_new_tokens - len(run.tokens) - 1
-                forced = run.matcher.jump(room) if run.matcher is not None else []
-                if forced:  # jump-forward: what the grammar forces is this step's draft
-                    tokens, parents, depth = [token, *forced], list(range(-1, len(forced))), 0
-                else:
-                    tokens, parents, depth = expand(tree, token, matrix) if parallel else ([token], [-1], 0)
-                    tokens, parents = prune_block(run.matcher, tokens, parents)
-            t1 = time.perf_counter()
-            fwd = engine.forward([Block(tokens, parents)])
-            logits = fwd.logits[0]  # [n + 1, V]
-            verdict = rule.verify(tokens, parents, logits, sampling, gen, argmax=fwd.argmax[0])
-            engine.keep([verdict.path])
-            new = verdict.tokens(tokens)
-            t2 = time.perf_counter()
-            with Timer(stats, "draft_time_s"):
-                # each level's row as it stood when the tree was grown: what every rank would have scored
-                seen = matrix.rows([token, *new[:-1]][: opts.depth]) if sizer is not None else []
-                matrix.update(tokens, logits)
-            run.commit(new, width=len(tokens))
-            token = verdict.token
-            if forced:
-                run.matcher.forced_accepted += verdict.accepted
-                continue  # not a recycled tree: nothing for the tree sizer or the tree counters
-            if len(tokens) > 1:
-                tree_steps += 1
-                drafted += len(tokens) - 1
-                hist.extend([0] * (verdict.accepted + 1 - len(hist)))
-                hist[verdict.accepted] += 1
-            else:
-                ar_steps += 1
+
+class RecycleProposer(Proposer):
+    """Token Recycling per row: each row's tree grown from its anchor, from the decoder's adjacency matrix
+    (shared by the rows and kept across requests, so one row's forwards teach the others; a seeded row, or
+    ``persist=false``, keeps a matrix of its own so that its seed reproduces); every forward's top-k
+    updates the rows it read.
+
+    ``tree=static`` verifies the template every step; ``tree=auto`` (the default) gives each row its own
+    :class:`~fastforward.chimera.tree.TreeSizer`: timed by the row's own steps when it decodes alone
+    (``timed``, batch 1, unless seeded), else on the machine's cached batch-1 cost curve only (a batch
+    forward's time is shared by rows, so no row's measured cost is its own). A row whose best tree does not
+    beat an AR step on that estimate feeds its anchor alone."""
+
+    name = "recycle"
+    prunable = True
+
+    def __init__(self, decoder: RecycleDecoder, timed: bool = False) -> None:
+        self.decoder, self.timed = decoder, timed
+        self._anchors: list[int] = []
+
+    def _matrix(self, row: Row) -> Adjacency:
+        own = row.state["matrix"]
+        return own if own is not None else self.decoder.matrix
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        d, seeded = self.decoder, row.run.config.sampling.seeded
+        # a seed must reproduce: a request-local matrix and trees from the cached cost curve only
+        own = Adjacency(d.vocab, d.options.topk) if seeded or not d.options.persist else None
+        row.state = {"matrix": own, "sizer": d._sizer(timed=self.timed and not seeded), "hist": []}
+        row.state.update(tree=0, ar=0, drafted=0)
+        matrix = self._matrix(row)
+        row.state["known0"] = matrix.known()
+        matrix.seed(row.request.prompt)
+        matrix.update(row.request.prompt[-1:], prefill.logits[0, -1:])
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        self._anchors = [row.anchor for row in rows]
+        drafts = []
+        for row in rows:
+            if row.jumped:  # the grammar forces this step: nothing to grow
+                drafts.append(Draft())
+                continue
+            tree, sizer = self.decoder.tree, row.state["sizer"]
             if sizer is not None:
-                propose_ms = (
-                    (t1 - t0) * 1e3 if depth else sizer.head_ms * len(seen)
-                )  # an AR step drafted nothing
-                sizer.observe(
-                    new, seen, len(tokens), propose_ms, (time.perf_counter() - t2) * 1e3, (t2 - t1) * 1e3
-                )
-        stats.extras.update(
-            {
-                "recycle_tree_steps": tree_steps,  # forwards that verified a recycled tree
-                "recycle_ar_steps": ar_steps,  # forwards that fed the anchor alone (no tree paid, or none grew)
-                "recycle_drafted": drafted,  # / recycle_tree_steps = mean tree size
-                "recycle_accepted_hist": hist,
-                "recycle_rows_learned": matrix.known() - known0,  # matrix rows this request filled
-            }
-        )
+                tree, rate = sizer.choose()
+                if rate * (sizer.observe_ms + sizer.verify_ms(1)) < 1.0:  # no tree beats an AR step
+                    drafts.append(Draft())
+                    continue
+            tokens, parents, _ = expand(tree, row.anchor, self._matrix(row))
+            tokens, parents = tokens[: row.room], parents[: row.room]  # nodes past the cap would be cut
+            drafts.append(Draft(tokens[1:], [p - 1 for p in parents[1:]]))
+        return drafts
+
+    def observe(
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
+    ) -> None:
+        depth = self.decoder.options.depth
+        for b, (row, d, path) in enumerate(zip(rows, drafts, paths, strict=True)):
+            t0 = time.perf_counter()
+            fed = [self._anchors[b], *d.tokens]
+            matrix, sizer, st = self._matrix(row), row.state["sizer"], row.state
+            new = row.run.tokens[-len(path) :]
+            # each level's row as it stood when the tree was grown (what every rank would have scored)
+            seen = matrix.rows([fed[0], *new[:-1]][:depth]) if sizer is not None else []
+            matrix.update(fed, out.logits[b][: len(fed)])
+            if row.jumped:  # the grammar's forced tokens, not a recycled tree: nothing to count or size
+                continue
+            if d.tokens:
+                st["tree"] += 1
+                st["drafted"] += len(d.tokens)
+                hist = st["hist"]
+                hist.extend([0] * (len(path) - len(hist)))
+                hist[len(path) - 1] += 1
+            else:
+                st["ar"] += 1
+            if sizer is None or row.run.done:
+                continue
+            if sizer.timed:  # alone in the forward: the step's times are this row's costs
+                propose_ms = out.propose_ms if d.tokens else sizer.head_ms * len(seen)  # AR drafted nothing
+                observe_ms = (time.perf_counter() - t0) * 1e3
+                sizer.observe(new, seen, len(fed), propose_ms, observe_ms, out.forward_ms)
+            else:
+                sizer.observe(new, seen, len(fed), 0.0, 0.0, 0.0)
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        st = row.state or {}
+        learned = self._matrix(row).known() - st["known0"] if st else 0
+        return {
+            "recycle_tree_steps": st.get("tree", 0),  # forwards that verified a recycled tree
+            "recycle_ar_steps": st.get(
+                "ar", 0
+            ),  # forwards that fed the anchor alone (no tree paid, or none grew)
+            "recycle_drafted": st.get("drafted", 0),  # / recycle_tree_steps = mean tree size
+            "recycle_accepted_hist": st.get("hist", []),  # [a] = tree forwards that accepted a drafted tokens
+            "recycle_rows_learned": learned,  # matrix rows filled while this request ran
+        }
 
 
 def build(name: str, target, draft, options: dict) -> RecycleDecoder:

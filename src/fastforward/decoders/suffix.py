@@ -28,15 +28,12 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from fastforward.core.acceptance import EXACT
-from fastforward.core.constraint import prune_block
-from fastforward.core.decoder import Decoder, Run, Timer
-from fastforward.core.engine import Block
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.sampling import make_generator, select_token
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 
@@ -220,7 +217,7 @@ class GlobalTries:
         self._tries.clear()
 
 
-class SuffixDecoder(Decoder):
+class SuffixDecoder(ProposerDecoder):
     name = "suffix"
 
     def __init__(self, model: torch.nn.Module, options: SuffixOptions, verify_curve=None) -> None:
@@ -259,72 +256,96 @@ class SuffixDecoder(Decoder):
                 best = (tokens, parents, scores, n, i)
         return best
 
-    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        o, stats, config = self.options, run.stats, run.config
-        sampling = config.sampling
-        gen = make_generator(sampling, self.device)
+    def proposer(self, solo: bool) -> SuffixProposer:
         if self.verify_curve is None:
             self.verify_curve = interpolate(measure_curve(self.model))
-        prompt = prompt_ids[0].tolist()
-        local = SuffixTrie(o.depth)
-        with Timer(stats, "draft_time_s"):
-            for t in prompt:
-                local.extend(t)
-        # a seed must reproduce: earlier outputs (which other requests change) are not read then
-        shared = None if sampling.seeded else self.global_tries.get(config.scope)
-        tries = [local] if shared is None else [local, shared]
+        return SuffixProposer(self)
 
-        engine, out = self.prefill(prompt_ids, run)
-        token = int(select_token(out.logits[0, -1], sampling, gen))
-        run.commit([token])
-        local.extend(token)
-        steps = ar_steps = drafted = match_sum = from_global = 0
-        hist: list[int] = []
-        while not run.done:
-            with Timer(stats, "draft_time_s"):
-                # the last max_match committed tokens, without copying the whole sequence every step
-                context = (prompt[-o.max_match :] + run.tokens[-o.max_match :])[-o.max_match :]
-                toks, pars, scores, n_match, source = self._draft(context, tries)
-                n, _ = best_prefix(scores, self.verify_curve)
-                toks, pars = toks[:n], pars[:n]
-            forced = run.matcher.jump(config.max_new_tokens - len(run.tokens) - 1) if run.matcher else []
-            if forced:  # jump-forward: what the grammar forces is this step's draft
-                toks, pars, n = forced, list(range(-1, len(forced) - 1)), 0
-            nodes = [token, *toks]
-            parents = [-1, *(p + 1 for p in pars)]
-            nodes, parents = prune_block(run.matcher, nodes, parents)
-            fwd = engine.forward([Block(nodes, parents)])
-            verdict = EXACT.verify(nodes, parents, fwd.logits[0], sampling, gen, argmax=fwd.argmax[0])
-            engine.keep([verdict.path])
-            new = run.commit(verdict.tokens(nodes), width=len(nodes))
-            with Timer(stats, "draft_time_s"):
-                for t in new:
-                    local.extend(t)
-            token = verdict.token
-            if forced:
-                run.matcher.forced_accepted += verdict.accepted
-            elif n:
-                steps += 1
-                drafted += n
-                match_sum += n_match
-                from_global += source
-                hist.extend([0] * (verdict.accepted + 1 - len(hist)))
-                hist[verdict.accepted] += 1
+
+class SuffixProposer(Proposer):
+    """SuffixDecoding per row: a suffix trie over the row's prompt and output, grown as it commits, beside the
+    decoder's global trie of the request's scope (not read by a seeded row: earlier outputs, which other
+    requests change, must not shape a seeded run); each step the better tree of the two, cut to the prefix
+    with the most expected tokens per ms on the machine's cost curve (none: an AR step). A finished row's
+    output, with the prompt's end it continued, joins its scope's global trie, so later requests (batched
+    or not) copy from it."""
+
+    name = "suffix"
+    prunable = True
+
+    def __init__(self, decoder: SuffixDecoder) -> None:
+        self.decoder = decoder
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        d = self.decoder
+        local = SuffixTrie(d.options.depth)
+        for t in row.sequence:
+            local.extend(t)
+        cfg = row.run.config
+        shared = None if cfg.sampling.seeded else d.global_tries.get(cfg.scope)
+        tries = [local] if shared is None else [local, shared]
+        row.state = {
+            "local": local,
+            "tries": tries,
+            "seen": len(row.run.tokens),
+            "global": int(shared is not None),
+        }
+        row.state.update(tree=0, ar=0, drafted=0, match=0, from_global=0, hist=[])
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        d = self.decoder
+        m = d.options.max_match
+        drafts = []
+        for row in rows:
+            if row.jumped:  # the grammar forces this step: nothing to grow
+                drafts.append(Draft())
+                continue
+            st = row.state
+            # the last max_match committed tokens, without copying the whole sequence every step
+            context = (row.request.prompt[-m:] + row.run.tokens[-m:])[-m:]
+            toks, pars, scores, n_match, source = d._draft(context, st["tries"])
+            n, _ = best_prefix(scores, d.verify_curve)
+            n = min(n, max(row.room - 1, 0))  # a best-first prefix is still a tree
+            st["pending"] = (n_match, source)  # counted in observe(), once the step's draft is known
+            drafts.append(Draft(toks[:n], pars[:n]))
+        return drafts
+
+    def observe(
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
+    ) -> None:
+        for row, d, path in zip(rows, drafts, paths, strict=True):
+            st = row.state
+            n_match, source = st.pop("pending", (0, 0))
+            if row.jumped:  # a jump-forward step drafted the grammar's tokens, not the trie's
+                pass
+            elif d.tokens:
+                st["tree"] += 1
+                st["drafted"] += len(d.tokens)
+                st["match"] += n_match
+                st["from_global"] += source
+                hist = st["hist"]
+                hist.extend([0] * (len(path) - len(hist)))
+                hist[len(path) - 1] += 1
             else:
-                ar_steps += 1
-        # this output (with the prompt's end it continued) becomes text later requests of the scope copy
-        self.global_tries.add(config.scope, prompt[-o.max_match :] + run.tokens)
-        stats.extras.update(
-            {
-                "suffix_tree_steps": steps,
-                "suffix_ar_steps": ar_steps,  # no match, or no tree beat an AR step on this machine
-                "suffix_drafted": drafted,
-                "suffix_match_sum": match_sum,  # / suffix_tree_steps = mean match length
-                "suffix_accepted_hist": hist,
-                "suffix_global": int(shared is not None),  # earlier outputs of this scope were read
-                "suffix_from_global": from_global,  # tree steps drafted from earlier outputs
-            }
-        )
+                st["ar"] += 1
+            for t in row.run.tokens[st["seen"] :]:
+                st["local"].extend(t)
+            st["seen"] = len(row.run.tokens)
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        d, run = self.decoder, row.run
+        if row.request.error is None:  # a finished output becomes text later requests of its scope copy
+            d.global_tries.add(run.config.scope, row.request.prompt[-d.options.max_match :] + run.tokens)
+        st = row.state or {}
+        return {
+            "suffix_tree_steps": st.get("tree", 0),
+            "suffix_ar_steps": st.get("ar", 0),  # no match, or no tree beat an AR step on this machine
+            "suffix_drafted": st.get("drafted", 0),
+            "suffix_match_sum": st.get("match", 0),  # / suffix_tree_steps = mean match length
+            "suffix_accepted_hist": st.get("hist", []),
+            "suffix_global": st.get("global", 0),  # earlier outputs of this scope were read
+            "suffix_from_global": st.get("from_global", 0),  # tree steps drafted from earlier outputs
+        }
 
 
 def build(name: str, target, draft, options: dict) -> SuffixDecoder:

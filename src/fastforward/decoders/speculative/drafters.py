@@ -13,7 +13,8 @@ distributions they were drawn from when sampling) and ``observe(accepted)`` afte
   the committed text is re-tokenized for the draft, and the draft's continuation for the target;
 - :class:`LookupFirstDrafter`: prompt lookup where the text repeats itself, a model drafter elsewhere.
 
-A drafter may also have ``extras() -> dict`` (counters summed into the run's stats).
+A drafter may also have ``extras() -> dict`` (counters summed into the run's stats). ``fresh()`` gives a
+drafter of the same configuration with state of its own (models and heads shared): one per batch row.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class ModelDrafter:
         self.engine = ModelEngine(self.model)
         self.cached: list[int] = []  # the token ids whose KV the engine's row holds, in order
 
+    def fresh(self) -> ModelDrafter:
+        return ModelDrafter(self.model, self.stop_below, self.head)
+
     def _next_logits(self, feed: list[int]) -> torch.Tensor:
         """Logits of the next token: over the vocabulary [V], or over the head's subset [K]."""
         out = self.engine.feed(feed, head=self.head is None)
@@ -122,6 +126,9 @@ class PromptLookupDrafter:
 
     def reset(self) -> None:
         self.index = NGramIndex(self.ngram_max, self.ngram_min)
+
+    def fresh(self) -> PromptLookupDrafter:
+        return PromptLookupDrafter(self.ngram_max, self.ngram_min)
 
     def propose(self, ctx: DraftContext) -> Proposal:
         self.index.extend(ctx.tokens)
@@ -210,6 +217,12 @@ class CrossTokenizerDrafter:
     def reset(self) -> None:
         self.inner.reset()
 
+    def fresh(self) -> CrossTokenizerDrafter:
+        inner = self.inner
+        return CrossTokenizerDrafter(
+            inner.model, self.draft_tok, self.target_tok, inner.stop_below, inner.head
+        )
+
     def propose(self, ctx: DraftContext) -> Proposal:
         text = self.target_tok.decode(ctx.tokens, skip_special_tokens=False)
         draft_ids = self.draft_tok(text, add_special_tokens=False)["input_ids"]
@@ -248,6 +261,9 @@ class LookupFirstDrafter:
         self.lookup.reset()
         self.model.reset()
         self.lookup_steps = self.model_steps = 0
+
+    def fresh(self) -> LookupFirstDrafter:
+        return LookupFirstDrafter(self.lookup.fresh(), self.model.fresh(), self.min_tokens)
 
     def propose(self, ctx: DraftContext) -> Proposal:
         found = self.lookup.propose(ctx)

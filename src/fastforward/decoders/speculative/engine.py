@@ -1,10 +1,8 @@
-"""The draft-then-verify loop: one target forward per step over [last committed token + draft tokens].
-
-Invariant: the target's KV cache holds every committed token except the last one. A step feeds that last
-token and the g draft tokens at explicit positions, the method's acceptance rule
-(:mod:`fastforward.core.acceptance`, the one every method verifies through) returns how many drafts are accepted
-and the target's recovered/bonus token, the loop commits them through ``apply_stops`` (so EOS and
-max_new_tokens end exactly where AR would) and crops the cache back to committed length - 1 (no copies).
+"""Draft-then-verify as a proposer: each step a row's drafter proposes a chain after its committed tokens and
+the one shared step (:func:`fastforward.core.batching.verify_step`) verifies [last committed token + draft
+tokens] in one target forward, the method's acceptance rule (:mod:`fastforward.core.acceptance`) returns how
+many drafts are accepted and the target's recovered/bonus token, and the row commits them (so EOS and
+max_new_tokens end exactly where AR would). The draft length comes from this module's schedules.
 
 Counters (summed over samples by the bench; derive rates from them):
 ``spec_steps`` verification forwards; ``spec_proposed`` / ``spec_accepted`` draft tokens proposed /
@@ -16,17 +14,18 @@ accepted; ``spec_recovered`` / ``spec_bonus`` how each step's target token arose
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from fastforward.core.acceptance import Rule, Verdict
-from fastforward.core.decoder import Decoder, Run, Timer
-from fastforward.core.engine import Block
+from fastforward.core.acceptance import Rule
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
+from fastforward.core.decoder import GenerationConfig
 from fastforward.core.pacing import Ema
-from fastforward.core.sampling import make_generator, select_token
-from fastforward.decoders.speculative.drafters import DraftContext, Proposal
+from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
+from fastforward.decoders.speculative.lockstep import LockstepDraftProposer, lockstep_fits
 from fastforward.errors import FastForwardError
 
 
@@ -182,8 +181,10 @@ class SpecConfig:
             raise FastForwardError("choose one draft-length schedule: adaptive or gamma_auto, not both")
 
 
-class SpeculativeDecoder(Decoder):
-    """One loop for every draft-then-verify method; what differs is the drafter and the acceptance rule.
+class SpeculativeDecoder(ProposerDecoder):
+    """Every draft-then-verify method: what differs is the drafter and the acceptance rule; the step is the
+    one every method shares (:func:`fastforward.core.batching.verify_step`), so batch 1 and batches run the
+    same :class:`SpecProposer`.
 
     ``lossless`` comes from the rule, ``needs_draft`` from whether the drafter runs a separate model."""
 
@@ -209,62 +210,102 @@ class SpeculativeDecoder(Decoder):
     def reopen_estimates(self) -> None:
         self.costs.reopen()
 
-    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        config, cfg, stats = run.config, run.config.sampling, run.stats
-        if self.spec.require_sampling and cfg.greedy:
+    def proposer(self, solo: bool) -> Proposer:
+        if not solo and isinstance(self.drafter, ModelDrafter) and lockstep_fits(self.drafter, self.spec):
+            return LockstepDraftProposer(self.drafter.model, self.spec.gamma, self.name, self.rule)
+        return SpecProposer(self, solo)
+
+
+class _SpecRow:
+    """A row's drafting state: its drafter, draft length, schedule and counters."""
+
+    __slots__ = ("costs", "counters", "draft_ms", "drafter", "gamma", "budget")
+
+    def __init__(self, drafter: Any, costs: CostTracker | None, gamma: int) -> None:
+        self.drafter, self.costs, self.gamma = drafter, costs, gamma
+        self.counters = _Counters()
+        self.draft_ms = 0.0
+        self.budget = 0  # this step's draft length (gamma cut to the room left)
+
+
+class SpecProposer(Proposer):
+    """Draft-then-verify per row: each row's chain from its drafter (``propose(DraftContext)``), judged by the
+    method's rule, the draft length from the schedule (fixed ``gamma``, ``adaptive`` +1/-1, or
+    ``gamma_auto``'s :class:`CostTracker`).
+
+    At batch 1 (``solo``) the row drafts with the decoder's drafter and, with ``gamma_auto``, the decoder's
+    cost tracker, timed by the row's own steps and kept across requests. In a batch every row drafts with a
+    drafter of its own (``drafter.fresh()``: same models, own cache or n-gram index), so every drafter
+    batches (cross-tokenizer, reduced vocabulary, lookup_first, draft_stop) at the price of one draft call
+    per row; ``gamma_auto`` then keeps the fixed gamma (a batch forward's time is shared by its rows, so no
+    row's measured cost is its own), as seeded sampling does."""
+
+    prunable = True  # point-mass drafts may be pruned; a sampled draft is kept whole (its residuals need it)
+
+    def __init__(self, decoder: SpeculativeDecoder, solo: bool) -> None:
+        self.decoder, self.solo = decoder, solo
+        self.name, self.rule = decoder.name, decoder.rule
+
+    def check(self, config: GenerationConfig) -> None:
+        if self.decoder.spec.require_sampling and config.sampling.greedy:
             raise FastForwardError(
                 f"method '{self.name}' samples: pass --temperature > 0 (use 'sd' for greedy)"
             )
-        gen = make_generator(cfg, self.device)
-        engine, out = self.prefill(prompt_ids, run)
-        run.commit([int(select_token(out.logits[0, -1], cfg, gen))])
-        tokens, matcher = run.tokens, run.matcher
-        prompt = prompt_ids[0].tolist()
-        self.drafter.reset()
-        rule = self.rule.start()  # this generation's (Consultant's EMA starts afresh)
-        ex = _Counters()
-        gamma = self.spec.gamma
-        # seeded sampling keeps the fixed gamma: a schedule from measured times would not reproduce the seed
-        costs = self.costs.begin() if self.spec.gamma_auto and not cfg.seeded else None
-        if costs is not None:
-            gamma = costs.gamma(gamma, self.spec.gamma_max)
-        while not run.done:
-            seq = prompt + tokens
-            room = config.max_new_tokens - len(tokens) - 1
-            g = min(gamma, room)
-            # jump-forward: what the grammar forces next is a free draft (verified like any other)
-            forced = matcher.jump(room) if matcher is not None else []
-            proposal = Proposal(forced)
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        d, spec = self.decoder, self.decoder.spec
+        drafter = d.drafter if self.solo else d.drafter.fresh()
+        drafter.reset()
+        # a schedule from measured times: only alone in the forward, and never under a seed (it must reproduce)
+        timed = self.solo and spec.gamma_auto and not row.run.config.sampling.seeded
+        costs = d.costs.begin() if timed else None
+        gamma = costs.gamma(spec.gamma, spec.gamma_max) if costs is not None else spec.gamma
+        row.state = _SpecRow(drafter, costs, gamma)
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        drafts = []
+        for row in rows:
+            st: _SpecRow = row.state
+            st.budget = min(st.gamma, row.room - 1)
+            if row.jumped or st.budget <= 0:  # the grammar's tokens, or no room: no draft
+                st.draft_ms = 0.0
+                drafts.append(Draft())
+                continue
+            cfg = row.run.config
             t0 = time.perf_counter()
-            if g > 0 and not forced:
-                with Timer(stats, "draft_time_s"):
-                    ctx = DraftContext(seq, g, cfg, gen, config.eos_token_ids)
-                    proposal = self.drafter.propose(ctx)
-                    if matcher is not None and proposal.probs is None:  # forbidden guesses cost width only
-                        proposal = Proposal(proposal.tokens[: matcher.valid_prefix(proposal.tokens)])
-            t1 = time.perf_counter()
-            draft = proposal.tokens
-            block = Block.chain([seq[-1], *draft])
-            logits = engine.forward([block]).logits[0]  # [g + 1, V]
-            verdict = rule.verify(block.tokens, block.parents, logits, cfg, gen, proposal.probs)
-            run.commit(verdict.tokens(block.tokens), width=len(block.tokens))
-            engine.keep([verdict.path])  # the anchor and the accepted prefix of the draft
-            if forced:
-                matcher.forced_accepted += verdict.accepted
-                continue  # the drafter did not draft: nothing for it, its counters or the schedules to learn
-            self.drafter.observe(verdict.accepted)
-            ex.add(g, len(draft), verdict)
-            if self.spec.adaptive:
-                gamma = next_gamma(gamma, len(draft), verdict.accepted, 1, self.spec.gamma_max)
-            elif costs is not None:
-                t2 = time.perf_counter()
-                costs.observe(len(draft), verdict.accepted, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
-                gamma = costs.gamma(gamma, self.spec.gamma_max)
-        stats.extras.update(ex.as_dict())
-        if costs is not None:
-            stats.extras.update(costs.extras())
-        if hasattr(self.drafter, "extras"):
-            stats.extras.update(self.drafter.extras())
+            ctx = DraftContext(row.sequence, st.budget, cfg.sampling, row.generator, cfg.eos_token_ids)
+            proposal = st.drafter.propose(ctx)
+            st.draft_ms = (time.perf_counter() - t0) * 1e3
+            drafts.append(Draft.chain(proposal.tokens, proposal.probs))
+        return drafts
+
+    def observe(
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
+    ) -> None:
+        spec = self.decoder.spec
+        for row, draft, path in zip(rows, drafts, paths, strict=True):
+            if row.jumped:  # the drafter did not draft: nothing for it, its counters or the schedules
+                continue
+            st: _SpecRow = row.state
+            accepted, proposed = len(path) - 1, len(draft.tokens)
+            st.drafter.observe(accepted)
+            st.counters.add(st.budget, proposed, accepted)
+            if spec.adaptive:
+                st.gamma = next_gamma(st.gamma, proposed, accepted, 1, spec.gamma_max)
+            elif st.costs is not None:
+                st.costs.observe(proposed, accepted, st.draft_ms, out.verify_ms)
+                st.gamma = st.costs.gamma(st.gamma, spec.gamma_max)
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        st: _SpecRow | None = row.state
+        if st is None:
+            return {}
+        extras = st.counters.as_dict()
+        if st.costs is not None:
+            extras.update(st.costs.extras())
+        if hasattr(st.drafter, "extras"):
+            extras.update(st.drafter.extras())
+        return extras
 
 
 class _Counters:
@@ -273,19 +314,19 @@ class _Counters:
         self.proposed_at: list[int] = []
         self.accepted_at: list[int] = []
 
-    def add(self, gamma: int, proposed: int, v: Verdict) -> None:
+    def add(self, gamma: int, proposed: int, accepted: int) -> None:
         self.steps += 1
         self.gamma_sum += gamma
         self.proposed += proposed
-        self.accepted += v.accepted
-        self.bonus += int(v.accepted == proposed)
-        self.recovered += int(v.accepted < proposed)
+        self.accepted += accepted
+        self.bonus += int(accepted == proposed)
+        self.recovered += int(accepted < proposed)
         grow = max(0, proposed - len(self.proposed_at))
         self.proposed_at += [0] * grow
         self.accepted_at += [0] * grow
         for i in range(proposed):
             self.proposed_at[i] += 1
-            self.accepted_at[i] += int(i < v.accepted)
+            self.accepted_at[i] += int(i < accepted)
 
     def as_dict(self) -> dict:
         return {
