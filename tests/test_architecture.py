@@ -203,7 +203,7 @@ METHOD_MODULES = (
 )
 # Modules that compose methods rather than being one: the registry builds them, `auto` times them, and
 # `batched` is the second, batched copy of every method that issue 31 (one engine) replaces.
-COMPOSERS = ("fastforward.decoders.registry", "fastforward.decoders.auto", "fastforward.decoders.batched")
+COMPOSERS = ("fastforward.decoders.registry", "fastforward.decoders.auto")
 
 
 def _method_of(module: str) -> str | None:

@@ -7,16 +7,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastforward.chimera.model import TrigramLRU
 from fastforward.chimera.train import new_draft
 from fastforward.core.acceptance import EXACT, ConsultantRule, TypicalRule
-from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request
+from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request, batched
 from fastforward.core.cache import new_cache, slot_rows
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.ragged import Block, block_inputs, compact
 from fastforward.decoders.ar import ARDecoder, ARProposer
-from fastforward.decoders.batched import batched
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
+from fastforward.decoders.hf_generate import HFGenerateDecoder
 from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
+from fastforward.decoders.lookahead import LookaheadConfig, LookaheadDecoder
 from fastforward.decoders.recycle import RecycleDecoder, RecycleOptions
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative.drafters import LookupFirstDrafter, ModelDrafter, PromptLookupDrafter
@@ -56,6 +58,9 @@ def _decoders(tiny):
         "ar": ARDecoder(m),
         "pld": SpeculativeDecoder(m, PromptLookupDrafter(3, 1), EXACT, SpecConfig(gamma=4), "pld"),
         "jacobi": JacobiDecoder(m, JacobiConfig(block_size=5)),
+        # rejection recycling's pooled branches, and a pseudo block beside the real one, per row
+        "jacobi-pool": JacobiDecoder(m, JacobiConfig(block_size=5, pool_size=2)),
+        "jacobi-blocks": JacobiDecoder(m, JacobiConfig(block_size=4, max_blocks=2, spawn_ratio=0.5)),
         # the target drafting for itself: every draft accepted, so blocks run into EOS and the cap mid-block
         "sd-self": SpeculativeDecoder(m, ModelDrafter(m), EXACT, SpecConfig(gamma=4), "sd"),
         # another random model: (almost) nothing accepted
@@ -63,6 +68,10 @@ def _decoders(tiny):
             m, ModelDrafter(make_tiny(seed=3).model), EXACT, SpecConfig(gamma=3), "sd"
         ),
         "chimera": ChimeraDecoder(m, new_draft(m), ChimeraOptions()),
+        # tree=auto on a flat curve (each row's sizer on the curve) with the prompt-lookup branch grafted
+        "chimera-lookup": ChimeraDecoder(m, new_draft(m), ChimeraOptions(lookup=4), verify_curve=FREE),
+        # the Jacobi window is fed for its outputs only; pooled n-grams are the judged guesses
+        "lookahead": LookaheadDecoder(m, LookaheadConfig(window=3, ngram=3, candidates=3)),
         "recycle": RecycleDecoder(m, RecycleOptions(tree="static")),
         # tree=auto on a flat cost curve: every row sizes its own tree, wide ones pay
         "recycle-auto": RecycleDecoder(m, RecycleOptions(), verify_curve=FREE),
@@ -72,7 +81,22 @@ def _decoders(tiny):
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize(
-    "method", ["ar", "pld", "jacobi", "sd-self", "sd-other", "chimera", "recycle", "recycle-auto", "suffix"]
+    "method",
+    [
+        "ar",
+        "pld",
+        "jacobi",
+        "jacobi-pool",
+        "jacobi-blocks",
+        "sd-self",
+        "sd-other",
+        "chimera",
+        "chimera-lookup",
+        "lookahead",
+        "recycle",
+        "recycle-auto",
+        "suffix",
+    ],
 )
 def test_every_row_equals_unbatched_greedy_ar_on_tiny(method, layout):
     """Six prompts through four slots: rows of different lengths, later rows join as earlier ones finish,
@@ -114,7 +138,7 @@ def test_ragged_acceptance_with_oracle_trees_is_exact(layout):
 
     class _Switch:
         def __init__(self):
-            self.inner = None
+            self.inner, self.cache = None, TrigramLRU(1)
 
         def observe(self, tokens, hidden):
             if self.inner is None:
@@ -127,7 +151,7 @@ def test_ragged_acceptance_with_oracle_trees_is_exact(layout):
         def propose(self, top_k):
             return self.inner.propose(top_k)
 
-    dec = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions())
+    dec = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(tree="default"))
     dec.draft = Oracles()
     got, reqs, bd = _run(dec, prompts, cfg, layout=layout)
     assert got == ref
@@ -240,14 +264,12 @@ def test_lossy_rules_batch_like_batch_one(accept):
             assert sum(r.stats.extras["spec_accepted"] for r in alone) > 0 and got != ar
 
 
-def test_methods_without_a_batched_path_say_so():
+def test_only_a_peers_generate_has_no_batched_path():
+    """Every method is a proposer, so every configuration batches; transformers' own generate() (a peer run
+    as a baseline) is not one and says so in one line."""
     tiny = make_tiny()
-    with pytest.raises(FastForwardError, match="no batched path"):
-        batched(build_decoder("lookahead", tiny))
-    with pytest.raises(FastForwardError, match="pool_size"):
-        batched(JacobiDecoder(tiny.model, JacobiConfig(pool_size=2)))
-    with pytest.raises(FastForwardError, match="drop lookup"):
-        batched(ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(lookup=4)))
+    with pytest.raises(FastForwardError, match="'hf_generate' has no batched path"):
+        batched(HFGenerateDecoder(tiny.model))
 
 
 @pytest.mark.parametrize("config", ["adaptive", "gamma_auto", "lookup_first", "draft_stop"])

@@ -193,3 +193,20 @@ def test_compile_auto_compiles_where_it_repays_itself(capsys) -> None:
     assert compile_choice(args) == "off" and args.compile == "off"
     assert "--compile auto: off" in capsys.readouterr().err
     assert compile_choice(argparse.Namespace(compile="on", device="cpu", command="generate")) == "on"
+
+
+def test_a_batch_of_one_runs_the_compiled_forward_and_gives_it_back(pair) -> None:
+    """The server's one path at its default batch size 1: each request is a batch of one row, prefilled as
+    batch 1 is (the compiled forward's fixed cache), and the cache goes back when the row leaves, so the
+    next request compiles nothing and runs compiled too."""
+    from fastforward.core.batching import batched
+
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(12)).tokens
+    bd = batched(build_decoder("pld", fast), max_batch_size=1)
+    reqs = bd.generate_many([PROMPT, PROMPT[5:]], greedy_config(12))
+    assert reqs[0].result.tokens == ref
+    assert reqs[1].result.tokens == build_decoder("ar", eager).generate(PROMPT[5:], greedy_config(12)).tokens
+    assert [r.result.stats.extras["forward"] for r in reqs] == ["compiled", "compiled"]
+    assert compiled(fast.model).acquire() is not None  # free again
+    compiled(fast.model).release()

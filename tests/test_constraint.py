@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from fastforward.chimera.train import new_draft
+from fastforward.core.batching import batched
 from fastforward.core.constraint import Constraint, prune_block
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.grammar import grammar_for
 from fastforward.decoders.ar import ARDecoder
-from fastforward.decoders.batched import batched
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError

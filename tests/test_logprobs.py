@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from fastforward.chimera.train import new_draft
+from fastforward.core.batching import batched
 from fastforward.core.decoder import GenerationConfig
 from fastforward.core.logprobs import Emitted
 from fastforward.decoders.ar import ARDecoder
-from fastforward.decoders.batched import batched
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError

@@ -868,9 +868,9 @@ def test_a_disconnected_row_leaves_without_disturbing_its_batch(
 
 
 def test_another_method_waits_for_the_batch_then_runs_and_keeps_its_place() -> None:
-    """Queued behind a running ar batch: ar, pld (batched), ar, lookahead (no batched path: batch 1). The
-    first ar joins the running batch; pld waits until it drains and the ar behind pld does not jump it;
-    lookahead runs alone after. Every reply equals batch-1 greedy AR (all four methods are lossless)."""
+    """Queued behind a running ar batch: ar, pld, ar, lookahead (each another method's batch). The first ar
+    joins the running batch; pld waits until it drains and the ar behind pld does not jump it; lookahead
+    runs after. Every reply equals batch-1 greedy AR (all four methods are lossless)."""
     tiny = make_tiny()
     engine = Engine(tiny, method="ar", methods=["ar", "pld", "lookahead"], max_batch_size=4)
     engine.start()
@@ -898,7 +898,7 @@ def test_another_method_waits_for_the_batch_then_runs_and_keeps_its_place() -> N
     # order of events, not durations: ar1 joined the gate's batch; pld started after that batch drained
     assert ar1.job.started_at < pld.job.started_at and pld.job.started_at >= ar1.done_at
     assert ar2.job.started_at >= pld.done_at and look.job.started_at >= ar2.done_at
-    assert engine.batch is not None and engine.batch.name == "ar"
+    assert engine.batch is not None and engine.batch.name == "lookahead"  # the last batch to run
 
 
 def test_token_budget_limits_rows_and_refuses_a_job_over_it() -> None:

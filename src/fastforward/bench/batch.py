@@ -26,8 +26,8 @@ from dataclasses import replace
 from typing import Any
 
 from fastforward.core.batched import batched_greedy
+from fastforward.core.batching import batched
 from fastforward.core.decoder import Decoder, GenerationConfig
-from fastforward.decoders.batched import batched
 from fastforward.errors import FastForwardError
 
 BASELINE = "ar"

@@ -244,9 +244,9 @@ def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:
     from fastforward.bench.batch import HF, markdown_table, run_batch_bench
     from fastforward.bench.samplelog import atomic_write_text
     from fastforward.cli.common import generation_config
+    from fastforward.core.batching import proposer_for
     from fastforward.core.options import parse_options
     from fastforward.data import render_prompt
-    from fastforward.decoders.batched import proposer_for
     from fastforward.decoders.registry import build_decoders
 
     text = args.methods

@@ -31,9 +31,11 @@ from typing import Any
 
 import torch
 
-from fastforward.core.acceptance import EXACT, Rule
+from fastforward.core.acceptance import EXACT, Rule, Verdict
+from fastforward.core.compiled import compiled
 from fastforward.core.constraint import subtree
 from fastforward.core.decoder import (
+    STEP_ROOM,
     Cancelled,
     Decoder,
     GenerationConfig,
@@ -42,7 +44,7 @@ from fastforward.core.decoder import (
     TokenCallback,
     model_context_length,
 )
-from fastforward.core.engine import Block, prefill
+from fastforward.core.engine import Block, ModelEngine, prefill
 from fastforward.core.ragged import LAYOUTS
 from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
@@ -58,6 +60,9 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     probs: torch.Tensor | None = None
+    # the first ``context`` tokens are fed for their outputs only, never judged as guesses (lookahead's
+    # Jacobi window): the rule sees the anchor and the rest, whose parents are the anchor or each other
+    context: int = 0
 
     @staticmethod
     def chain(tokens: Sequence[int], probs: torch.Tensor | None = None) -> Draft:
@@ -254,6 +259,8 @@ class BatchDecoder:
         if layout not in LAYOUTS:
             raise FastForwardError(f"batch layout must be one of {', '.join(LAYOUTS)}, got '{layout}'")
         self.layout = LAYOUTS[layout](model)
+        # one row at a time on the engine: prefilled as batch 1 is, through the compiled forward if any
+        self.solo = max_batch_size == 1 and isinstance(self.layout, ModelEngine)
         self.waiting: deque[Request] = deque()
         self.lock = threading.Lock()
         self.stats = BatchStats(method=proposer.name)
@@ -280,6 +287,12 @@ class BatchDecoder:
         with self.lock:
             self.waiting.append(request)
         return request
+
+    def close(self) -> None:
+        """Drop every row (and its KV memory; a compiled forward's fixed cache goes back)."""
+        self.rows = []
+        if isinstance(self.layout, ModelEngine):
+            self.layout.reset()
 
     def cancel(self, request: Request) -> None:
         """Stop a request: dropped from the queue, or its row leaves after the current step."""
@@ -346,7 +359,12 @@ class BatchDecoder:
         row = Row(req, run, make_generator(req.config.sampling, self.device), rule=self.proposer.rule.start())
         ids = torch.tensor([req.prompt], device=self.device)
         t0 = time.perf_counter()
-        cache, out = prefill(self.model, ids, self.proposer.hidden_states)
+        if self.solo:  # one row at a time: straight into the engine's static (or compiled, fixed) cache
+            capacity = len(req.prompt) + req.config.max_new_tokens
+            out = self.layout.start(ids, self.proposer.hidden_states, capacity, room=STEP_ROOM)
+            cache = None
+        else:
+            cache, out = prefill(self.model, ids, self.proposer.hidden_states)
         stats.prefill_time_s = time.perf_counter() - t0
         self.stats.prefill_time_s += stats.prefill_time_s
         self.stats.prefills += 1
@@ -357,10 +375,13 @@ class BatchDecoder:
             run.trace.observe([-1], [-1], out.logits[0, -1:])
         token = int(select_token(out.logits[0, -1], req.config.sampling, row.generator))
         if not self._commit(row, [token]) or run.done:
+            if self.solo:
+                self._release(row)
             self._finish(row, finished)
             return
         self.proposer.admit(row, out)
-        self.layout.add(cache, len(req.prompt))
+        if cache is not None:
+            self.layout.add(cache, len(req.prompt))
         self.rows.append(row)
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
 
@@ -371,6 +392,8 @@ class BatchDecoder:
             keep = [i for i, a in enumerate(alive) if a]
             for i, a in enumerate(alive):
                 if not a:
+                    if self.solo:
+                        self._release(rows[i])
                     self._finish(rows[i], finished)
             self.rows = [rows[i] for i in keep]
             self.proposer.retain(keep)
@@ -391,6 +414,13 @@ class BatchDecoder:
         if not row.request.first_token_at:
             row.request.first_token_at = time.perf_counter()
         return True
+
+    def _release(self, row: Row) -> None:
+        """The solo row is through: say what ran its forwards (compiled graphs, or eager and why) and give a
+        compiled forward's fixed cache back for the next request."""
+        if compiled(self.model) is not None:
+            row.run.stats.extras["forward"] = self.layout.ran
+        self.layout.reset()
 
     def _emitter(self, req: Request) -> TokenCallback:
         cb = req.on_tokens
@@ -470,9 +500,12 @@ def verify_step(
     paths: list[list[int]] = []
     alive: list[bool] = []
     for b, (row, blk, d) in enumerate(zip(rows, blocks, drafts, strict=True)):
-        verdict = row.rule.verify(
-            blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
-        )
+        if d.context:
+            verdict = _judge_guesses(row, blk, d.context, logits[b], argmax[b], d.probs)
+        else:
+            verdict = row.rule.verify(
+                blk.tokens, blk.parents, logits[b], row.run.config.sampling, row.generator, d.probs, argmax[b]
+            )
         paths.append(verdict.path)
         if jumped[b]:
             row.run.matcher.forced_accepted += len(verdict.path) - 1
@@ -488,6 +521,22 @@ def verify_step(
     for row in rows:
         row.run.stats.draft_time_s += share
     return alive
+
+
+def _judge_guesses(
+    row: Row, blk: Block, context: int, logits: torch.Tensor, argmax: list[int], probs: torch.Tensor | None
+) -> Verdict:
+    """The row's rule over its block without the ``context`` nodes after the anchor (fed for their outputs
+    only); the verdict's path in the block's own node numbers."""
+    sub = [0, *range(context + 1, len(blk.tokens))]
+    where = {node: i for i, node in enumerate(sub)}
+    tokens = [blk.tokens[i] for i in sub]
+    parents = [-1, *(where[blk.parents[i]] for i in sub[1:])]
+    cfg = row.run.config.sampling
+    rows = logits if cfg.greedy and row.rule is EXACT else logits[torch.tensor(sub, device=logits.device)]
+    guessed = probs[context:] if probs is not None else None  # [N, V]: the draft's distributions
+    verdict = row.rule.verify(tokens, parents, rows, cfg, row.generator, guessed, [argmax[i] for i in sub])
+    return Verdict([sub[i] for i in verdict.path], verdict.token)
 
 
 def pad_token(model: torch.nn.Module) -> int:
@@ -540,3 +589,20 @@ def _pruned(matcher: Any, draft: Draft) -> Draft:
         return draft
     tokens, parents = subtree(draft.tokens, draft.parents, keep)
     return Draft(tokens, parents)
+
+
+def batched(
+    decoder: Decoder, max_batch_size: int = 8, token_budget: int = 0, layout: str = "padded"
+) -> BatchDecoder:
+    """The batched form of a configured decoder (same options, same proposer as its batch 1), or a one-line
+    error for a decoder that is not a proposer (a peer's ``generate()``). ``layout``: how rows share a
+    forward (:mod:`fastforward.core.ragged`). With ``max_batch_size`` 1 the proposer is batch 1's (timed
+    schedules) and each row is prefilled as batch 1 prefills it (into a compiled forward's fixed cache when
+    the model has one)."""
+    proposer = proposer_for(decoder, solo=max_batch_size == 1)  # one row at a time: its times are its own
+    return BatchDecoder(decoder.model, proposer, max_batch_size, token_budget, decoder.lossless, layout)
+
+
+def proposer_for(decoder: Decoder, solo: bool = False) -> Proposer:
+    """The proposer a batch of ``decoder``'s method runs (a one-line error where there is none)."""
+    return decoder.proposer(solo)

@@ -262,6 +262,12 @@ class Decoder(abc.ABC):
         run.engine = engine
         return engine, out
 
+    def proposer(self, solo: bool) -> Any:
+        """The method's :class:`~fastforward.core.batching.Proposer` (what a batch of its rows runs; ``solo``:
+        a batch of one row, whose forwards' times are that row's costs). Every method of ours is one
+        (:class:`~fastforward.core.batching.ProposerDecoder`); a peer's ``generate()`` is not."""
+        raise FastForwardError(f"method '{self.name}' has no batched path; run it with batch size 1")
+
     def reopen_estimates(self) -> None:
         """Forget the timing estimates kept across requests (step gate, gamma_auto), so that a bench's
         warm-up does not decide the measured run; methods without any have nothing to forget."""

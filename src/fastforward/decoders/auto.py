@@ -128,6 +128,10 @@ class AutoDecoder(Decoder):
     def reopen_estimates(self) -> None:
         self.chosen.reopen_estimates()
 
+    def proposer(self, solo: bool) -> Any:
+        """A batch of auto's rows runs the chosen method's proposer."""
+        return self.chosen.proposer(solo)
+
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         run.stats.extras["auto_choice"] = self.choice
         self.chosen._generate(prompt_ids, run)

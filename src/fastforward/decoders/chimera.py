@@ -30,9 +30,10 @@ guesses judged by the same tree acceptance.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,10 +48,9 @@ from fastforward.chimera.tree import (
     tree_tokens,
 )
 from fastforward.core.acceptance import ACCEPT_RULES, CONSULTANT_EPS, TYPICAL_EPS, rule_for
-from fastforward.core.decoder import Decoder, MissingInput, Run, Timer
-from fastforward.core.engine import Block
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
+from fastforward.core.decoder import MissingInput
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.ngram import NGramIndex, check_ngram_range
@@ -101,7 +101,7 @@ class ChimeraOptions:
 LOOKUP_PRIOR, LOOKUP_DECAY, LOOKUP_RELAX = 1.0, 0.8, 0.05
 
 
-class ChimeraDecoder(Decoder):
+class ChimeraDecoder(ProposerDecoder):
     name = "chimera"
     in_all = False  # needs a draft trained for this target (--opt heads=PATH)
 
@@ -128,95 +128,10 @@ class ChimeraDecoder(Decoder):
         self.trigram_cache = TrigramLRU(options.cache)
         self.verify_curve = verify_curve
 
-    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        opts, stats, sampling = self.options, run.stats, run.config.sampling
-        gen = make_generator(sampling, self.device)
-        state = self.draft.new_state(self.trigram_cache)
-        hits0, lookups0 = state.cache.hits, state.cache.lookups
-        num_heads = self.draft.cfg.num_heads
-        # seeded sampling must reproduce: the trees (and so the random draws) then follow the cached cost
-        # curve and the committed tokens only, not this run's measured times
-        sizer = self._sizer(timed=not sampling.seeded)
-        head_hits = [0] * num_heads
-        accepted_drafts: list[int] = []
-        verified = 0  # tree tokens the target read, root included
-        rule = self.rule.start()  # this generation's (accept=consultant: the EMA starts afresh)
-
-        engine, out = self.prefill(prompt_ids, run, hidden=True)
-        token = int(select_token(out.logits[0, -1], sampling, gen))
-        run.commit([token])
-        with Timer(stats, "draft_time_s"):
-            state.observe(prompt_ids[0].tolist() + [token], out.hidden_states[-1][0])
-        prompt = prompt_ids[0].tolist()
-        index = NGramIndex(opts.ngram_max, opts.ngram_min) if opts.lookup else None
-        lookup_gain, lookup_steps, lookup_tokens = LOOKUP_PRIOR, 0, 0
-        while not run.done:
-            chain: list[int] = []
-            if index is not None:
-                with Timer(stats, "draft_time_s"):
-                    index.extend(prompt + run.tokens)
-                    chain = index.continuation(opts.lookup)
-            if sizer is None:
-                tree = self.tree
-            else:
-                tree, rate = sizer.choose()
-                if chain:  # the branch only where its yield so far pays for the wider forward
-                    grown, grown_rate = sizer.choose(len(chain), lookup_gain)
-                    if grown_rate > rate:
-                        tree = grown
-                    else:
-                        chain = []
-                        lookup_gain += LOOKUP_RELAX * (LOOKUP_PRIOR - lookup_gain)
-            t0 = time.perf_counter()
-            with Timer(stats, "draft_time_s"):
-                if sizer is None:
-                    top_ids, _ = state.propose(tree.top_k)  # [K, top_k]
-                else:  # only the heads the tree reaches, every rank the sizer scores
-                    top_ids, _ = state.propose(sizer.ranks, depth=tree.max_depth)
-            t1 = time.perf_counter()
-            node_tokens, parents = tree_tokens(tree, token, top_ids), tree.parents
-            if chain:
-                node_tokens, parents, _ = graft_chain(node_tokens, parents, tree.depths, chain)
-            fwd = engine.forward([Block(list(node_tokens), list(parents))], hidden=True)
-            logits = fwd.logits[0]  # [N + 1, V]
-            # candidates are point-mass drafts: exact stays lossless in distribution when sampling
-            verdict = rule.verify(node_tokens, parents, logits, sampling, gen)
-            path, new, token = verdict.path, verdict.tokens(node_tokens), verdict.token
-            engine.keep([path])
-            run.commit(new, width=len(node_tokens))
-            verified += len(node_tokens)
-            if chain:  # tokens only the branch proposed: nodes grafted after the tree's own
-                gained = sum(1 for i in path if i >= tree.size)
-                lookup_steps, lookup_tokens = lookup_steps + 1, lookup_tokens + gained
-                lookup_gain = LOOKUP_DECAY * lookup_gain + (1 - LOOKUP_DECAY) * gained
-            accepted_drafts.append(len(path) - 1)
-            for d in range(min(len(path) - 1, num_heads)):  # a lookup branch may reach deeper
-                head_hits[d] += 1
-            t2 = time.perf_counter()
-            if not run.done:
-                with Timer(stats, "draft_time_s"):
-                    state.observe(new, fwd.hidden[0][path])
-            if sizer is not None:
-                ms = [(b - a) * 1e3 for a, b in ((t0, t1), (t2, time.perf_counter()), (t1, t2))]
-                sizer.observe(new, top_ids.tolist(), len(node_tokens), *ms)
-
-        hist = [0] * (max([num_heads, *accepted_drafts]) + 1)
-        for a in accepted_drafts:
-            hist[a] += 1
-        # numbers and per-position lists only: the bench sums them over samples
-        stats.extras.update(
-            {
-                "tree": opts.tree if sizer is not None else f"{opts.tree}:{self.tree.size}",
-                "draft_steps": len(accepted_drafts),
-                "verified_tokens": verified,  # / draft_steps = mean verify width
-                "accepted_drafts_hist": hist,  # [d] = tree forwards that accepted d drafted tokens
-                "trigram_cache_hits": state.cache.hits - hits0,
-                "trigram_cache_lookups": state.cache.lookups - lookups0,
-                "head_accepted": head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
-                "lookup_steps": lookup_steps,  # forwards that verified a prompt-lookup branch
-                "lookup_tokens": lookup_tokens,  # tokens accepted from nodes only that branch proposed
-            }
-        )
+    def proposer(self, solo: bool) -> ChimeraProposer:
+        if self.options.tree == "auto" and self.verify_curve is None:
+            self.verify_curve = interpolate(measure_curve(self.model))
+        return ChimeraProposer(self, solo)
 
     def _sizer(self, timed: bool = True) -> TreeSizer | None:
         """A fresh per-request sizer for ``tree=auto``; None for the static trees."""
@@ -227,6 +142,127 @@ class ChimeraDecoder(Decoder):
         return TreeSizer(
             self.verify_curve, self.draft.cfg.num_heads, max_nodes=self.options.max_nodes, timed=timed
         )
+
+
+class _ChimeraRow:
+    """One request's Chimera state: the draft's state (context block, trigram cache), its tree sizer, the
+    lookup branch's index and measured yield, counters, and this step's tree (read back by ``observe``)."""
+
+    def __init__(self, state: Any, sizer: TreeSizer | None, index: NGramIndex | None, num_heads: int) -> None:
+        self.state, self.sizer, self.index = state, sizer, index
+        self.hits0, self.lookups0 = state.cache.hits, state.cache.lookups
+        self.head_hits = [0] * num_heads
+        self.accepted: list[int] = []
+        self.verified = 0  # tree tokens the target read, root included
+        self.gain, self.lookup_steps, self.lookup_tokens = LOOKUP_PRIOR, 0, 0
+        self.tree: Tree | None = None  # this step's tree, its candidates and whether a branch was grafted
+        self.top_ids: torch.Tensor | None = None
+        self.chain: list[int] = []
+        self.propose_ms = 0.0
+
+
+class ChimeraProposer(Proposer):
+    """Chimera per row: the trained draft's heads give top-k candidates, arranged in the row's tree (sized by
+    the row's :class:`~fastforward.chimera.tree.TreeSizer` for ``tree=auto``: timed by the row's own steps
+    when it decodes alone, batch 1, unless seeded; on the machine's cached cost curve only in a batch, where
+    a forward's time is shared), with the lookup branch grafted where its yield pays; after the verify
+    forward the draft observes the target's hidden states of the accepted nodes."""
+
+    name = "chimera"
+    hidden_states = True
+
+    def __init__(self, decoder: ChimeraDecoder, solo: bool) -> None:
+        self.decoder, self.solo, self.rule = decoder, solo, decoder.rule
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        d, o = self.decoder, self.decoder.options
+        state = d.draft.new_state(d.trigram_cache)
+        # seeded sampling must reproduce: its trees (and so its random draws) follow the cached cost curve
+        # and the committed tokens only, not measured times
+        sizer = d._sizer(timed=self.solo and not row.run.config.sampling.seeded)
+        index = NGramIndex(o.ngram_max, o.ngram_min) if o.lookup else None
+        row.state = _ChimeraRow(state, sizer, index, d.draft.cfg.num_heads)
+        state.observe(row.request.prompt + row.run.tokens[:1], prefill.hidden_states[-1][0])
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        d, o = self.decoder, self.decoder.options
+        drafts = []
+        for row in rows:
+            st: _ChimeraRow = row.state
+            sizer, chain = st.sizer, []
+            if st.index is not None:
+                st.index.extend(row.sequence)
+                chain = st.index.continuation(o.lookup)
+            if sizer is None:
+                tree = d.tree
+            else:
+                tree, rate = sizer.choose()
+                if chain:  # the branch only where its yield so far pays for the wider forward
+                    grown, grown_rate = sizer.choose(len(chain), st.gain)
+                    if grown_rate > rate:
+                        tree = grown
+                    else:
+                        chain = []
+                        st.gain += LOOKUP_RELAX * (LOOKUP_PRIOR - st.gain)
+            t0 = time.perf_counter()
+            if sizer is None:
+                top_ids, _ = st.state.propose(tree.top_k)  # [K, top_k]
+            else:  # only the heads the tree reaches, every rank the sizer scores
+                top_ids, _ = st.state.propose(sizer.ranks, depth=tree.max_depth)
+            st.propose_ms = (time.perf_counter() - t0) * 1e3
+            nodes, parents = tree_tokens(tree, row.anchor, top_ids), tree.parents
+            if chain:
+                nodes, parents, _ = graft_chain(nodes, parents, tree.depths, chain)
+            st.tree, st.top_ids, st.chain = tree, top_ids, chain
+            # candidates are point-mass drafts: exact stays lossless in distribution when sampling
+            drafts.append(Draft(list(nodes[1:]), [p - 1 for p in parents[1:]]))
+        return drafts
+
+    def observe(
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
+    ) -> None:
+        num_heads = self.decoder.draft.cfg.num_heads
+        for b, (row, draft, path) in enumerate(zip(rows, drafts, paths, strict=True)):
+            st: _ChimeraRow = row.state
+            fed = len(draft.tokens) + 1
+            st.verified += fed
+            if st.chain:  # tokens only the branch proposed: nodes grafted after the tree's own
+                gained = sum(1 for i in path if i >= st.tree.size)
+                st.lookup_steps, st.lookup_tokens = st.lookup_steps + 1, st.lookup_tokens + gained
+                st.gain = LOOKUP_DECAY * st.gain + (1 - LOOKUP_DECAY) * gained
+            st.accepted.append(len(path) - 1)
+            for depth in range(min(len(path) - 1, num_heads)):  # a lookup branch may reach deeper
+                st.head_hits[depth] += 1
+            if row.run.done or row.request.error is not None:
+                continue
+            t0 = time.perf_counter()
+            new = row.run.tokens[-len(path) :]  # the accepted nodes and the target's token, all committed
+            st.state.observe(new, out.hidden[b][path])
+            if st.sizer is not None:
+                observe_ms = (time.perf_counter() - t0) * 1e3
+                st.sizer.observe(new, st.top_ids.tolist(), fed, st.propose_ms, observe_ms, out.verify_ms)
+
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        d, o = self.decoder, self.decoder.options
+        st: _ChimeraRow | None = row.state
+        if st is None:
+            st = _ChimeraRow(d.draft.new_state(d.trigram_cache), None, None, d.draft.cfg.num_heads)
+        num_heads = d.draft.cfg.num_heads
+        hist = [0] * (max([num_heads, *st.accepted]) + 1)
+        for a in st.accepted:
+            hist[a] += 1
+        # numbers and per-position lists only: the bench sums them over samples
+        return {
+            "tree": o.tree if o.tree == "auto" else f"{o.tree}:{d.tree.size}",
+            "draft_steps": len(st.accepted),
+            "verified_tokens": st.verified,  # / draft_steps = mean verify width
+            "accepted_drafts_hist": hist,  # [d] = tree forwards that accepted d drafted tokens
+            "trigram_cache_hits": st.state.cache.hits - st.hits0,
+            "trigram_cache_lookups": st.state.cache.lookups - st.lookups0,
+            "head_accepted": st.head_hits,  # [k] = tree forwards whose accepted path reached depth k + 1
+            "lookup_steps": st.lookup_steps,  # forwards that verified a prompt-lookup branch
+            "lookup_tokens": st.lookup_tokens,  # tokens accepted from nodes only that branch proposed
+        }
 
 
 def build(name: str, target, draft, options: dict) -> ChimeraDecoder:

@@ -64,20 +64,19 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from fastforward.core.acceptance import EXACT, common_prefix, fan_parents
+from fastforward.core.acceptance import common_prefix, fan_parents
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.cache import text_config
-from fastforward.core.decoder import Decoder, Run, SamplingConfig
-from fastforward.core.engine import Block
+from fastforward.core.decoder import SamplingConfig
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import GATE_HELP, GATES, StepGate
-from fastforward.core.sampling import make_generator, select_token
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -294,7 +293,7 @@ class BlockTrajectory:
     committed: list[int] = field(default_factory=list)  # tokens committed by each forward of the block
 
 
-class JacobiDecoder(Decoder):
+class JacobiDecoder(ProposerDecoder):
     name = "jacobi"
     lossless = True
 
@@ -312,50 +311,93 @@ class JacobiDecoder(Decoder):
     def reopen_estimates(self) -> None:
         self.gate.reopen()
 
-    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        c, dev, sampling = self.config, self.device, run.config.sampling
-        gen = make_generator(sampling, dev)
-        rng = random.Random(c.seed)
-        history = prompt_ids[0].tolist()
-        engine, out = self.prefill(prompt_ids, run)
-        run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
-        tokens = run.tokens
-        pool: deque[list[int]] = deque(maxlen=POOL_DEPTH * c.pool_size)
+    def proposer(self, solo: bool) -> JacobiProposer:
+        return JacobiProposer(self, solo)
+
+    def _block(self, start: int, n: int, history: list[int], rng: random.Random) -> _Live:
+        guess = initial_guess(self.config.init, n, history, rng, self.pad_id)
+        return _Live(BlockTrajectory(start=start, iterates=[list(guess)], fixed_point=[]), n)
+
+
+class _JacobiRow:
+    """One request's Jacobi state: its live blocks and their guesses, the recycling pool, the finished
+    blocks' trajectories, its counters and step gate, and what this step fed (read back by ``observe``)."""
+
+    def __init__(self, config: JacobiConfig, gate: StepGate) -> None:
+        self.rng = random.Random(config.seed)
+        self.pool: deque[list[int]] = deque(maxlen=POOL_DEPTH * config.pool_size)
+        self.live: list[_Live] = []  # live[0] is the real-active block (RA), the others pseudo blocks
+        self.guess: list[int] = []  # the live blocks' guesses for their uncommitted positions, in order
+        self.done: list[BlockTrajectory] = []  # blocks that committed tokens, in order
+        self.forwards = 0
+        self.gate = gate
+        self.ex = dict(tokens_fed=0, pool_candidates=0, recycled_tokens=0, recycle_steps=0, spawned_blocks=0)
+        # this step: (the guess length L, parallel?, guesses fed, branches, committed tokens before it)
+        self.step: tuple[int, bool, int, list[list[int]], int] = (0, False, 0, [], 0)
+
+
+class JacobiProposer(Proposer):
+    """Jacobi decoding per row: the guess of the row's live blocks (with rejection recycling's pooled
+    branches as a tree, with multi-block's pseudo blocks appended) is the draft; the target's outputs after
+    the accepted path are the next iterate. The step gate (``gate=auto``) times the row's steps only when it
+    decodes alone (batch 1): in a batch every row takes block steps (a batch forward's time is shared, so
+    no row's measured cost is its own), as with a seed."""
+
+    name = "jacobi"
+
+    def __init__(self, decoder: JacobiDecoder, solo: bool) -> None:
+        self.decoder, self.solo = decoder, solo
+
+    def _state(self, row: Row) -> _JacobiRow:
+        c = self.decoder.config
+        gated = self.solo and gate_on(c, row.run.config.sampling)
+        return _JacobiRow(c, self.decoder.gate.begin() if gated else StepGate(enabled=False))
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        row.state = self._state(row)
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        c, dec = self.decoder.config, self.decoder
         spawn_at = spawn_threshold(c.spawn_ratio, c.block_size)
-        ex = dict(tokens_fed=0, pool_candidates=0, recycled_tokens=0, recycle_steps=0, spawned_blocks=0)
-        done: list[BlockTrajectory] = []  # blocks that committed tokens, in order
-        live: list[_Live] = []  # live[0] is the real-active block (RA), the others pseudo blocks
-        guess: list[int] = []  # the live blocks' guesses for their uncommitted positions, in order
-        forwards = 0
-        gate = self.gate.begin() if gate_on(c, sampling) else StepGate(enabled=False)
-        while not run.done:
-            t_step = time.perf_counter()
+        drafts = []
+        for row in rows:
+            st: _JacobiRow = row.state
+            tokens, limit = row.run.tokens, row.run.config.max_new_tokens
             anchor = tokens[-1]
-            if not live:  # a new RA block
-                n = min(c.block_size, run.config.max_new_tokens - len(tokens))
-                live.append(self._block(len(tokens), n, history + tokens, rng))
-                guess = list(live[0].traj.iterates[0])
-            room = run.config.max_new_tokens - len(tokens) - len(guess)  # positions no live block covers
+            if not st.live:  # a new RA block
+                n = min(c.block_size, limit - len(tokens))
+                st.live.append(dec._block(len(tokens), n, row.sequence, st.rng))
+                st.guess = list(st.live[0].traj.iterates[0])
+            room = limit - len(tokens) - len(st.guess)  # positions no live block covers
+            live = st.live
             while len(live) < c.max_blocks and room > 0 and live[-1].settled(live[0]) >= spawn_at:
-                blk = self._block(len(tokens) + len(guess), min(c.block_size, room), history + tokens, rng)
+                blk = dec._block(len(tokens) + len(st.guess), min(c.block_size, room), row.sequence, st.rng)
                 live.append(blk)
-                guess += blk.traj.iterates[0]
+                st.guess += blk.traj.iterates[0]
                 room -= blk.size
-                ex["spawned_blocks"] += 1
-            L = len(guess)  # positions after the anchor this step may commit (the last guess is not fed)
-            par = gate.parallel()  # False: an AR step, the anchor alone (the guesses wait unchanged)
+                st.ex["spawned_blocks"] += 1
+            L = len(st.guess)  # positions after the anchor this step may commit (the last guess is not fed)
+            par = st.gate.parallel()  # False: an AR step, the anchor alone (the guesses wait unchanged)
             fed = L - 1 if par else 0
-            cands = pool_continuations(reversed(pool), anchor, L - 1) if c.pool_size and par else ()
-            flat, parents, branches = guess_tree(anchor, guess[:fed], cands, c.pool_size)
-            fwd = engine.forward([Block(flat, parents)])  # one chain: the model's own causal mask
-            nxt = fwd.argmax[0]  # [k]: the target's token after every node
+            cands = pool_continuations(reversed(st.pool), anchor, L - 1) if c.pool_size and par else ()
+            flat, parents, branches = guess_tree(anchor, st.guess[:fed], cands, c.pool_size)
+            st.step = (L, par, fed, branches, len(tokens))
             # the fed guesses and candidates are point-mass drafts (lossless in distribution when sampling)
-            verdict = EXACT.verify(flat, parents, fwd.logits[0], sampling, gen, argmax=nxt)
-            path, step = verdict.path, verdict.tokens(flat)
-            n_acc = len(path)  # tokens this forward commits (before the stops): accepted guesses + 1
-            new = branch_iterate(branches, path, nxt)  # [fed + 1]
+            drafts.append(Draft(flat[1:], [p - 1 for p in parents[1:]]))
+        return drafts
+
+    def observe(
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
+    ) -> None:
+        c = self.decoder.config
+        for b, (row, draft, path) in enumerate(zip(rows, drafts, paths, strict=True)):
+            st: _JacobiRow = row.state
+            L, par, fed, branches, before = st.step
+            guess, live = st.guess, st.live
+            n_acc = len(path)  # tokens this forward committed (before the stops): accepted guesses + 1
+            new = branch_iterate(branches, path, out.argmax[b])  # [fed + 1]
             new += guess[len(new) :]  # positions not fed keep their guess: [L]
-            # every live block's new iterate, then the commit, which runs on from RA into the next blocks
+            # every live block's new iterate, then the commit, which ran on from RA into the next blocks
             off = 0
             for blk in live:
                 rem = blk.size - len(blk.traj.fixed_point)
@@ -363,8 +405,7 @@ class JacobiDecoder(Decoder):
                     blk.stable = common_prefix(guess[off : off + rem], new[off : off + rem])
                 blk.traj.iterates.append(blk.traj.fixed_point + new[off : off + rem])
                 off += rem
-            keep = run.commit(step, width=len(flat))
-            rest = list(keep)
+            rest = row.run.tokens[before:]
             for i, blk in enumerate(live):
                 rem = blk.size - len(blk.traj.fixed_point)
                 take, rest = rest[:rem], rest[rem:]
@@ -372,34 +413,35 @@ class JacobiDecoder(Decoder):
                     blk.traj.fixed_point += take
                     blk.traj.committed.append(len(take))
             while live and len(live[0].traj.fixed_point) == live[0].size:
-                done.append(live.pop(0).traj)
-            engine.keep([path])  # a prefix of the guess crops the rest; a pool branch moves into place
+                st.done.append(live.pop(0).traj)
             if c.pool_size and par and n_acc < L:  # something was rejected: recycle state and outputs
-                pool.append([anchor, *guess])
-                pool.append(new)
-            guess = new[n_acc:]
-            forwards += 1
-            ex["tokens_fed"] += len(flat)
-            ex["pool_candidates"] += len(branches) - 1
+                st.pool.append([row.run.tokens[before - 1], *guess])  # the state fed, anchor first
+                st.pool.append(new)
+            st.guess = new[n_acc:]
+            st.forwards += 1
+            st.ex["tokens_fed"] += len(draft.tokens) + 1
+            st.ex["pool_candidates"] += len(branches) - 1
             recycled = sum(i > fed for i in path)
-            ex["recycled_tokens"] += recycled
-            ex["recycle_steps"] += int(recycled > 0)
-            gate.observe(par, n_acc, (time.perf_counter() - t_step) * 1e3)
-        done += [blk.traj for blk in live if blk.traj.committed]
-        if c.max_blocks > 1:  # a forward may commit into two blocks: no per-block iteration, no measures
-            _record_blocks(run.stats, done, measures=False)
-            run.stats.extras["iterations"] = forwards
-        else:
-            _record_blocks(run.stats, done, measures=sampling.greedy)
-        if c.pool_size or c.max_blocks > 1:
-            run.stats.extras.update(ex)
-        if gate.enabled:
-            run.stats.extras.update(gate.extras())
-        self.last_trajectory = done if c.record else []
+            st.ex["recycled_tokens"] += recycled
+            st.ex["recycle_steps"] += int(recycled > 0)
+            st.gate.observe(par, n_acc, out.propose_ms + out.verify_ms)
 
-    def _block(self, start: int, n: int, history: list[int], rng: random.Random) -> _Live:
-        guess = initial_guess(self.config.init, n, history, rng, self.pad_id)
-        return _Live(BlockTrajectory(start=start, iterates=[list(guess)], fixed_point=[]), n)
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        c, stats = self.decoder.config, row.run.stats
+        st: _JacobiRow = row.state if row.state is not None else self._state(row)
+        done = st.done + [blk.traj for blk in st.live if blk.traj.committed]
+        if c.max_blocks > 1:  # a forward may commit into two blocks: no per-block iteration, no measures
+            _record_blocks(stats, done, measures=False)
+            stats.extras["iterations"] = st.forwards
+        else:
+            _record_blocks(stats, done, measures=row.run.config.sampling.greedy)
+        extras: dict[str, Any] = {}
+        if c.pool_size or c.max_blocks > 1:
+            extras.update(st.ex)
+        if st.gate.enabled:
+            extras.update(st.gate.extras())
+        self.decoder.last_trajectory = done if c.record else []
+        return extras
 
 
 @dataclass

@@ -30,19 +30,16 @@ forward (docs/results/jacobi_lookahead.md); the paper's GPU settings (W=15, N=5,
 from __future__ import annotations
 
 import random
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from fastforward.core.acceptance import EXACT, fan_parents
-from fastforward.core.decoder import Decoder, Run
-from fastforward.core.engine import Block
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import GATE_HELP, GATES, StepGate
-from fastforward.core.sampling import make_generator, select_token
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,7 @@ def add_output_ngrams(
             pool.add(gram)
 
 
-class LookaheadDecoder(Decoder):
+class LookaheadDecoder(ProposerDecoder):
     name = "lookahead"
     lossless = True
 
@@ -152,70 +149,104 @@ class LookaheadDecoder(Decoder):
             self._layouts[key] = step_layout(rows, c.window, cands, c.ngram - 1)
         return self._layouts[key]
 
-    def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
-        c, dev, sampling = self.config, self.device, run.config.sampling
-        gen = make_generator(sampling, dev)
-        prompt = prompt_ids[0].tolist()
-        pool = NGramPool(c.pool_size, c.candidates)
-        if c.prompt_ngrams:
-            for i in range(len(prompt) - c.ngram + 1):
-                pool.add(prompt[i : i + c.ngram])
-        rows = [random.Random(c.seed).choices(prompt, k=c.window)]
+    def proposer(self, solo: bool) -> LookaheadProposer:
+        return LookaheadProposer(self, solo)
 
-        engine, out = self.prefill(prompt_ids, run)
-        run.commit([int(select_token(out.logits[0, -1], sampling, gen))])
-        tokens = run.tokens
-        ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
-        hist: list[int] = []
-        gate = self.gate.begin() if c.gate == "auto" and not sampling.seeded else StepGate(enabled=False)
-        while not run.done:
-            t_step = time.perf_counter()
-            if not gate.parallel():  # an AR step: the anchor alone; window and pool wait
-                logits = engine.forward([Block.chain(tokens[-1:])]).logits[0][-1]
-                engine.keep([[0]])
-                run.commit([int(select_token(logits, sampling, gen))])
-                if c.output_ngrams:
-                    add_output_ngrams(pool, prompt, tokens, 1, c.ngram)
-                gate.observe(False, 1, (time.perf_counter() - t_step) * 1e3)
+
+class _LookaheadRow:
+    """One request's lookahead state: its n-gram pool, Jacobi window, step gate and counters, and what this
+    step fed (read back by ``observe``)."""
+
+    def __init__(self, config: LookaheadConfig, prompt: list[int], gate: StepGate) -> None:
+        self.prompt = prompt
+        self.pool = NGramPool(config.pool_size, config.candidates)
+        if config.prompt_ngrams:
+            for i in range(len(prompt) - config.ngram + 1):
+                self.pool.add(prompt[i : i + config.ngram])
+        self.rows = [random.Random(config.seed).choices(prompt, k=config.window)]
+        self.gate = gate
+        self.ex = dict(steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0)
+        self.hist: list[int] = []
+        self.step: tuple[bool, int, int] = (False, 0, 0)  # parallel?, candidates fed, committed before
+
+
+class LookaheadProposer(Proposer):
+    """Lookahead per row: the draft is the row's Jacobi window (fed for its outputs only, never judged:
+    :attr:`Draft.context`) and up to G pooled n-grams continuing the anchor, the guesses the rule judges.
+    The step gate (``gate=auto``) times the row's steps only when it decodes alone (batch 1), never under a
+    seed; in a batch every row takes lookahead steps (a batch forward's time is shared by its rows)."""
+
+    name = "lookahead"
+
+    def __init__(self, decoder: LookaheadDecoder, solo: bool) -> None:
+        self.decoder, self.solo = decoder, solo
+
+    def admit(self, row: Row, prefill: Any) -> None:
+        c = self.decoder.config
+        timed = self.solo and c.gate == "auto" and not row.run.config.sampling.seeded
+        gate = self.decoder.gate.begin() if timed else StepGate(enabled=False)
+        row.state = _LookaheadRow(c, row.request.prompt, gate)
+
+    def propose(self, rows: Sequence[Row]) -> list[Draft]:
+        c = self.decoder.config
+        drafts = []
+        for row in rows:
+            st: _LookaheadRow = row.state
+            if not st.gate.parallel():  # an AR step: the anchor alone; window and pool wait
+                st.step = (False, 0, len(row.run.tokens))
+                drafts.append(Draft())
                 continue
-            cands = pool.candidates(tokens[-1], c.candidates)
-            flat = [tokens[-1]] + [t for row in rows for t in row] + [t for cand in cands for t in cand]
-            fwd = engine.forward([Block(flat, self._layout(len(rows), len(cands)))])
-            logits = fwd.logits[0]  # [k, V]
-            nxt = fwd.argmax[0]  # [k]
-            base = 1 + len(rows) * c.window  # flat index of the first candidate token
-            # the candidates as a tree of chains from the anchor: node j >= 1 is flat token base + j - 1
-            cand_tokens, cand_parents = [tokens[-1], *flat[base:]], fan_parents([len(x) for x in cands])
-            cand_logits = None if sampling.greedy else torch.cat([logits[:1], logits[base:]])
-            verdict = EXACT.verify(
-                cand_tokens, cand_parents, cand_logits, sampling, gen, argmax=nxt[:1] + nxt[base:]
-            )
-            accepted = [base + j - 1 for j in verdict.path[1:]]
+            cands = st.pool.candidates(row.anchor, c.candidates)
+            flat = [t for r in st.rows for t in r] + [t for cand in cands for t in cand]
+            parents = self.decoder._layout(len(st.rows), len(cands))
+            st.step = (True, len(cands), len(row.run.tokens))
+            drafts.append(Draft(flat, [p - 1 for p in parents[1:]], context=len(st.rows) * c.window))
+        return drafts
 
-            last_out = nxt[base - c.window : base]  # outputs of the window's last row
-            if len(rows) == c.ngram - 1:
-                for ng in window_ngrams(rows, last_out):
-                    pool.add(ng)
-                rows = rows[1:] + [last_out]
-            else:
-                rows.append(last_out)
-
-            keep = run.commit([flat[i] for i in accepted] + [verdict.token], width=len(flat))
+    def observe(
+        self, rows: Sequence[Row], drafts: Sequence[Draft], paths: Sequence[list[int]], out: Verified
+    ) -> None:
+        c = self.decoder.config
+        for b, (row, draft, path) in enumerate(zip(rows, drafts, paths, strict=True)):
+            st: _LookaheadRow = row.state
+            parallel, n_cands, before = st.step
+            tokens = row.run.tokens
+            kept = len(tokens) - before
             if c.output_ngrams:
-                add_output_ngrams(pool, prompt, tokens, len(keep), c.ngram)
-            engine.keep([[0, *accepted]])
+                add_output_ngrams(st.pool, st.prompt, tokens, kept, c.ngram)
+            ms = out.propose_ms + out.verify_ms
+            if not parallel:
+                st.gate.observe(False, 1, ms)
+                continue
+            base = 1 + draft.context  # block index of the first candidate token
+            last_out = out.argmax[b][base - c.window : base]  # outputs of the window's last row
+            if len(st.rows) == c.ngram - 1:
+                for ng in window_ngrams(st.rows, last_out):
+                    st.pool.add(ng)
+                st.rows = st.rows[1:] + [last_out]
+            else:
+                st.rows.append(last_out)
+            accepted = len(path) - 1
+            st.ex["steps"] += 1
+            st.ex["pool_hits"] += int(n_cands > 0)
+            st.ex["accepted_from_pool"] += accepted
+            st.ex["candidates_verified"] += n_cands
+            st.ex["forward_tokens"] += len(draft.tokens) + 1
+            st.hist.extend([0] * (kept + 1 - len(st.hist)))
+            st.hist[kept] += 1
+            st.gate.observe(True, 1 + accepted, ms)
 
-            ex["steps"] += 1
-            ex["pool_hits"] += int(bool(cands))
-            ex["accepted_from_pool"] += len(accepted)
-            ex["candidates_verified"] += len(cands)
-            ex["forward_tokens"] += len(flat)
-            hist.extend([0] * (len(keep) + 1 - len(hist)))
-            hist[len(keep)] += 1
-            gate.observe(True, 1 + len(accepted), (time.perf_counter() - t_step) * 1e3)
-        run.stats.extras.update(ex, accepted_hist=hist)  # accepted_hist[k]: steps that committed k tokens
-        if gate.enabled:
-            run.stats.extras.update(gate.extras())
+    def row_extras(self, row: Row) -> dict[str, Any]:
+        st: _LookaheadRow | None = row.state
+        if st is None:
+            extras: dict[str, Any] = dict(
+                steps=0, pool_hits=0, accepted_from_pool=0, candidates_verified=0, forward_tokens=0
+            )
+            return {**extras, "accepted_hist": []}
+        extras = {**st.ex, "accepted_hist": st.hist}  # accepted_hist[k]: steps that committed k tokens
+        if st.gate.enabled:
+            extras.update(st.gate.extras())
+        return extras
 
 
 def build(name: str, target, draft, options: dict) -> LookaheadDecoder:

@@ -261,7 +261,7 @@ class RecycleProposer(Proposer):
             if sizer.timed:  # alone in the forward: the step's times are this row's costs
                 propose_ms = out.propose_ms if d.tokens else sizer.head_ms * len(seen)  # AR drafted nothing
                 observe_ms = (time.perf_counter() - t0) * 1e3
-                sizer.observe(new, seen, len(fed), propose_ms, observe_ms, out.forward_ms)
+                sizer.observe(new, seen, len(fed), propose_ms, observe_ms, out.verify_ms)
             else:
                 sizer.observe(new, seen, len(fed), 0.0, 0.0, 0.0)
 

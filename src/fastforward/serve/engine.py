@@ -12,9 +12,10 @@ proposer is shared by its rows); jobs with that same (method, options) join it a
 never restart), and each row keeps its own prompt, :class:`GenerationConfig` (sampling included) and exact
 tokens. A job asking for other (method, options) waits at the queue head until the running batch drains, and
 while it waits no later job joins ahead of it (FIFO: a steady stream of one method cannot starve another);
-then its own batch starts. A method or option set without a batched path (lookahead, sd-cross, adaptive
-draft lengths, ...; see :mod:`fastforward.decoders.batched`) runs alone through its batch-1 decoder. With
-``max_batch_size`` 1 (the default) every job runs through the batch-1 decoders, one at a time.
+then its own batch starts. Every method of ours runs this one path, batch size 1 (the default) included: a
+batch of one row is batch 1 (its proposer's timed schedules, the compiled forward's fixed cache when the
+model has one). Only transformers' own ``generate()`` (the hf_* peers, not our engine) runs through
+:meth:`Engine._execute`.
 
 Cancellation: every committed step calls the job's ``on_tokens`` callback; once ``job.cancel`` is set (the
 client went away, a stop string was found, the server is shutting down) the next callback raises
@@ -36,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastforward.core.batching import BatchDecoder, Request
+from fastforward.core.batching import BatchDecoder, Request, batched
 from fastforward.core.decoder import (
     Cancelled,
     Decoder,
@@ -44,7 +45,6 @@ from fastforward.core.decoder import (
     GenerationResult,
     model_context_length,
 )
-from fastforward.decoders.batched import batched
 from fastforward.decoders.registry import METHODS, available, build_decoder, option_names
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
@@ -285,8 +285,8 @@ class Engine:
         return dec
 
     def _batch_for(self, job: Job) -> BatchDecoder | None:
-        """The batch decoder for the job's (method, options), or None: run it alone at batch 1 (also when
-        its decoder cannot be built: :meth:`_execute` then reports why)."""
+        """The batch decoder for the job's (method, options), or None: a peer's ``generate()``, run alone
+        (also when its decoder cannot be built: :meth:`_execute` then reports why)."""
         key = job.key
         if key in self._batches:
             self._batches.move_to_end(key)
@@ -309,7 +309,7 @@ class Engine:
 
     def _work(self) -> None:
         while (job := self._take()) is not None:
-            batch = self._batch_for(job) if self.max_batch_size > 1 else None
+            batch = self._batch_for(job)
             if batch is not None:
                 self._run_batch(batch, job)
                 continue
@@ -359,7 +359,7 @@ class Engine:
         return True
 
     def _execute(self, job: Job) -> None:
-        """One job alone, through its batch-1 decoder."""
+        """One job alone through a decoder that is not a proposer (a transformers ``generate()`` peer)."""
         if not self._start(job):
             return
         try:
@@ -468,7 +468,9 @@ class Engine:
             else:
                 self._finish(job, "failed", failure)
         live.clear()
-        self._batches.pop(first.key, None)
+        batch = self._batches.pop(first.key, None)
+        if batch is not None:
+            batch.close()  # its rows' cache (a compiled forward's fixed cache) goes back
         self._set_running([])
         self.metrics.batch_rows.set(0)
 
