@@ -172,23 +172,22 @@ def test_layer_parsing_and_prefix_matching(tmp_path: Path) -> None:
     assert _resolve_relative("fastforward.decoders.ar", False, None, 1) == "fastforward.decoders"
 
 
-# Decoding forwards (a call that passes a KV cache) live in core/engine.py. Still outside, until they move
-# onto the engine (issue "One engine"): the packed batch layout and the batch-1 draft model's own cache.
-FORWARD_ALLOWED = {"core/ragged.py"}
+# A model's forward over a KV cache is called in one place: core.engine.model_call (the engine's steps and
+# prefills, the compiled graphs, the draft models, the packed layout, CLLM's collector and the cost probe call
+# it). A call that passes a cache anywhere else would dodge what that function guarantees.
 
 
-def test_decoding_forwards_go_through_the_engine() -> None:
+def test_the_model_forward_is_called_from_one_function() -> None:
     pkg = Path(__file__).resolve().parents[1] / "src" / "fastforward"
     callers = {
-        str(path.relative_to(pkg))
-        for sub in ("core", "decoders")
-        for path in (pkg / sub).rglob("*.py")
+        str(path.relative_to(pkg)): path.read_text(encoding="utf-8").count("past_key_values=")
+        for path in pkg.rglob("*.py")
         if "past_key_values=" in path.read_text(encoding="utf-8")
     }
-    assert "core/engine.py" in callers
-    assert callers - {"core/engine.py"} <= FORWARD_ALLOWED, sorted(
-        callers - {"core/engine.py"} - FORWARD_ALLOWED
-    )
+    assert callers == {"core/engine.py": 2}, callers  # model_call's two branches (with and without the head)
+    engine = (pkg / "core" / "engine.py").read_text(encoding="utf-8")
+    body = engine[engine.index("def model_call(") : engine.index("\ndef ", engine.index("def model_call("))]
+    assert body.count("past_key_values=") == 2
 
 
 # One module (or package) per decoding method. docs/architecture.md: "methods never import each other"; what
@@ -200,9 +199,10 @@ METHOD_MODULES = (
     "fastforward.decoders.chimera",
     "fastforward.decoders.speculative",
     "fastforward.decoders.hf_generate",
+    "fastforward.decoders.recycle",
+    "fastforward.decoders.suffix",
 )
-# Modules that compose methods rather than being one: the registry builds them, `auto` times them, and
-# `batched` is the second, batched copy of every method that issue 31 (one engine) replaces.
+# Modules that compose methods rather than being one: the registry builds them and `auto` times them.
 COMPOSERS = ("fastforward.decoders.registry", "fastforward.decoders.auto")
 
 

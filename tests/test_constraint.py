@@ -16,7 +16,7 @@ import torch
 
 from fastforward.chimera.train import new_draft
 from fastforward.core.batching import batched
-from fastforward.core.constraint import Constraint, prune_block
+from fastforward.core.constraint import Constraint, subtree
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.grammar import grammar_for
 from fastforward.decoders.ar import ARDecoder
@@ -149,7 +149,9 @@ def test_mask_tree_masks_each_node_by_its_own_path_and_prune_drops_forbidden_sub
     assert allowed[2] == {0}  # complete: only EOS could follow
     assert len(allowed[3]) == 512 and len(allowed[4]) == 512  # below a forbidden guess: left as they were
     assert m.masks == 3
-    assert prune_block(m, tokens, parents) == (tokens[:3], parents[:3])
+    guesses, links = tokens[1:], [p - 1 for p in parents[1:]]  # the draft under the anchor
+    assert m.prune(guesses, links) == [0, 1]  # a and a -> c; both x guesses are forbidden
+    assert subtree(guesses, links, [0, 1]) == (guesses[:2], links[:2])
     assert m.valid_prefix([ids["a"], ids["c"], ids["x"]]) == 2
     assert m.advance([ids["a"]]) == 1 and not m.complete  # the walks left the state at the start
     assert m.advance([ids["c"], ids["d"]]) == 1 and m.complete  # cut where the grammar completes

@@ -38,6 +38,7 @@ from fastforward.core.cache import (
     select_rows,
     trim_left,
 )
+from fastforward.core.engine import model_call
 from fastforward.core.masks import padded_block_mask, padded_prefill_mask
 from fastforward.decoders.jacobi import converged_length, initial_guess, next_iterate
 from fastforward.errors import FastForwardError
@@ -139,16 +140,8 @@ class BatchedJacobiCollector:
             ids[i, r.pad :] = torch.tensor(r.seq)
             pos[i, r.pad :] = torch.arange(len(r.seq))
         cache = new_cache(self.model)
-        out = self.model(
-            input_ids=ids.to(self.device),
-            position_ids=pos.to(self.device),
-            attention_mask=padded_prefill_mask(
-                self.model, [r.pad for r in rows], length, self.dtype, self.device
-            ),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        mask = padded_prefill_mask(self.model, [r.pad for r in rows], length, self.dtype, self.device)
+        out = model_call(self.model, ids.to(self.device), pos.to(self.device), mask, cache, keep=1)
         first = out.logits[:, -1].argmax(-1).tolist()
         for r, t in zip(rows, first, strict=True):
             r.next_first = int(t)
@@ -167,9 +160,7 @@ class BatchedJacobiCollector:
         pos = torch.stack([torch.arange(n) + len(r.seq) for r in rows]).to(self.device)
         for _ in range(2 * n + 2):  # converges within m + 1 iterations in exact arithmetic
             ids = torch.tensor([r.state for r in rows], dtype=torch.long, device=self.device)
-            logits = self.model(
-                input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True
-            ).logits  # [B, n, V]
+            logits = model_call(self.model, ids, pos, mask, cache).logits  # [B, n, V]
             pred = logits.argmax(-1).tolist()
             self.stats.forwards += 1
             for r, p in zip(rows, pred, strict=True):

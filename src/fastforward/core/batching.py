@@ -560,7 +560,7 @@ class ProposerDecoder(Decoder):
     def _generate(self, prompt_ids: torch.Tensor, run: Run) -> None:
         proposer = self.proposer(solo=True)
         proposer.check(run.config)
-        engine, out = self.prefill(prompt_ids, run, proposer.hidden_states, attach=False)
+        engine, out = self.prefill(prompt_ids, run, proposer.hidden_states)
         sampling = run.config.sampling
         request = Request(prompt_ids[0].tolist(), run.config)
         row = Row(request, run, make_generator(sampling, self.device), rule=proposer.rule.start())

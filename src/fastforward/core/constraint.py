@@ -61,10 +61,6 @@ class Constraint:
     def matcher(self) -> Matcher:
         return Matcher(self._proto.deep_copy(), self.vocab)
 
-    def describe(self) -> dict[str, Any]:
-        """What a response or a results record says was asked."""
-        return {"kind": self.kind}
-
 
 _TOKENIZERS: dict[tuple[int, int, tuple[int, ...]], Any] = {}
 
@@ -210,18 +206,3 @@ def subtree(tokens: list[int], parents: list[int], keep: list[int]) -> tuple[lis
     """The guessed tree restricted to ``keep`` (sorted node indices, closed under parents), re-indexed."""
     index = {old: new for new, old in enumerate(keep)}
     return [tokens[i] for i in keep], [index[parents[i]] if parents[i] >= 0 else -1 for i in keep]
-
-
-def prune_block(
-    matcher: Matcher | None, tokens: list[int], parents: list[int]
-) -> tuple[list[int], list[int]]:
-    """A verify block (``tokens[0]`` the anchor, ``parents[0] == -1``) of deterministic guesses without the
-    ones ``matcher``'s grammar forbids; unchanged when unconstrained."""
-    if matcher is None or len(tokens) <= 1:
-        return tokens, parents
-    guesses, links = tokens[1:], [p - 1 for p in parents[1:]]
-    keep = matcher.prune(guesses, links)
-    if len(keep) == len(guesses):
-        return tokens, parents
-    guesses, links = subtree(guesses, links, keep)
-    return [tokens[0], *guesses], [-1, *(p + 1 for p in links)]

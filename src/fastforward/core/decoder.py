@@ -238,9 +238,7 @@ class Decoder(abc.ABC):
         stats.new_tokens = len(run.tokens)
         return GenerationResult(run.tokens, stats, run.trace.entries if run.trace is not None else None)
 
-    def prefill(
-        self, prompt_ids: torch.Tensor, run: Run, hidden: bool = False, attach: bool = True
-    ) -> tuple[ModelEngine, Any]:
+    def prefill(self, prompt_ids: torch.Tensor, run: Run, hidden: bool = False) -> tuple[ModelEngine, Any]:
         """The opening every method shares: a fresh engine (:mod:`fastforward.core.engine`) whose one row is
         the prompt, prefilled in one timed forward, and that forward's output.
 
@@ -255,10 +253,8 @@ class Decoder(abc.ABC):
             out = engine.start(prompt_ids, hidden, capacity, room=STEP_ROOM)
         if run.matcher is not None:  # the first token and every later forward: the grammar's mask applies
             run.matcher.mask_row(out.logits[0, -1])
-            engine.matchers = [run.matcher] if attach else None
         if run.trace is not None:  # the first token was scored by the prefill, the later ones by forwards
             run.trace.observe([-1], [-1], out.logits[0, -1:])
-            engine.trace = run.trace if attach else None
         run.engine = engine
         return engine, out
 

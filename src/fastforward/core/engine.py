@@ -3,10 +3,10 @@
 Every method's step is the same three moves on the target: feed each row a *block* (its anchor, the last
 committed token, plus guesses arranged as a tree, :class:`Block`) at explicit positions with that row's
 mask, read the logits, then keep the accepted path of each row's block in the KV cache (:meth:`ModelEngine.keep`;
-rolling back a rejected draft is keeping a prefix of its chain). The batch-1 decoders (ar, the speculative
-engine, jacobi, lookahead, Chimera) and the batched scheduler (:mod:`fastforward.core.batching`) all go through
-here, so the forward, its positions and masks, the cache surgery and the forward timing live once; the next
-steps (compiled forwards per width bucket) change this module, not the methods.
+rolling back a rejected draft is keeping a prefix of its chain). The one step every method runs, at batch 1
+and in a batch (:func:`fastforward.core.batching.verify_step`), goes through here, so the forward, its
+positions and masks, the cache surgery, the compiled forwards per width bucket and the forward timing live
+once, not in the methods.
 
 Layout (left-aligned rows, compacted). Row b's cached tokens sit in slots ``0 .. lengths[b] - 1`` of the batch
 cache; slots from ``lengths[b]`` up to the cache's length are stale for that row and every mask hides them. The
@@ -191,10 +191,19 @@ def model_call(
     cache: Cache,
     hidden: bool = False,
     keep: int = 0,
+    head: bool = True,
 ) -> Any:
-    """The one call of a model's decoding forward (eager, or traced into a compiled graph): ``ids`` [B, k]
-    at ``pos`` (None: after the cache) with ``mask`` (None: the model's causal mask) over ``cache``;
-    ``keep``: logits of only the last that many positions (0: all); ``hidden``: the hidden states too."""
+    """The one call of a model's forward over a KV cache in the package (eager, or traced into a compiled
+    graph; the engine's steps, prefills, the draft models, the packed layout, CLLM's trajectory collection and
+    the cost probe all come here): ``ids`` [B, k] at ``pos`` (None: after the cache) with ``mask`` (None:
+    the model's causal mask) over ``cache``; ``keep``: logits of only the last that many positions (0: all);
+    ``hidden``: the hidden states too; ``head=False``: the decoder stack only (``get_decoder()``, its
+    ``last_hidden_state``), for a draft that scores a reduced vocabulary with a head of its own."""
+    if not head:
+        model = model.get_decoder()
+        return model(
+            input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True
+        )
     return model(
         input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
         logits_to_keep=keep, output_hidden_states=hidden,
@@ -276,9 +285,6 @@ class ModelEngine:
         self._start = 0
         self._runner: CompiledForward | None = None  # set while this engine decodes through compiled graphs
         self.ran = "eager"  # what ran this engine's forwards: "compiled", or "eager" with why when not
-        # per row, a grammar matcher whose mask every forward applies to that row's logits (None: none)
-        self.matchers: list[Any] | None = None
-        self.trace: Any = None  # batch 1: a request's LogprobTrace, shown every forward of row 0
 
     def reset(self) -> None:
         """Drop every row (and so the KV memory); give the compiled forward's cache back."""
@@ -342,16 +348,7 @@ class ModelEngine:
         self.lengths.append(length)
 
     def forward(self, blocks: Sequence[Block], pad_id: int = 0, hidden: bool = False) -> Forward:
-        """One forward over every row's block (row b's nodes at positions ``lengths[b] + depth``); a row
-        with a grammar matcher (:attr:`matchers`) gets its logits masked by it."""
-        fwd = self._forward(blocks, pad_id, hidden)
-        if self.matchers is not None:
-            fwd.constrain(self.matchers, blocks)
-        if self.trace is not None:
-            self.trace.observe(blocks[0].tokens, list(blocks[0].parents), fwd.logits[0])
-        return fwd
-
-    def _forward(self, blocks: Sequence[Block], pad_id: int, hidden: bool) -> Forward:
+        """One forward over every row's block (row b's nodes at positions ``lengths[b] + depth``)."""
         m = self.model
         param = next(m.parameters())
         self._start = cache_length(self.cache)
@@ -420,16 +417,10 @@ class ModelEngine:
             self.cache, self.lengths = SlotCache(), [0]
         n, k = self.lengths[0], len(tokens)
         dev = next(self.model.parameters()).device
-        kwargs = dict(
-            input_ids=torch.tensor([list(tokens)], dtype=torch.long, device=dev),
-            position_ids=torch.arange(n, n + k, device=dev)[None],
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        if head:
-            out = self.model(**kwargs, logits_to_keep=1).logits[0, -1]
-        else:
-            out = self.model.get_decoder()(**kwargs).last_hidden_state[0, -1]
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=dev)
+        pos = torch.arange(n, n + k, device=dev)[None]
+        res = model_call(self.model, ids, pos, None, self.cache, keep=1, head=head)
+        out = res.logits[0, -1] if head else res.last_hidden_state[0, -1]
         self.lengths[0] = n + k
         return out
 

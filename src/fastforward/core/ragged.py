@@ -23,6 +23,7 @@ from fastforward.core.engine import (
     block_inputs,
     chain_parents,
     compact,
+    model_call,
     select,
 )
 from fastforward.core.masks import model_mask
@@ -92,10 +93,9 @@ class PackedRows:
         kv_pos = torch.tensor([self.slot_pos + pos], dtype=torch.long)
         mask = _on(model_mask(m, allowed, q_pos, kv_pos, dtype), device)
         t0 = time.perf_counter()
-        out = m(
-            input_ids=torch.tensor([ids], device=device), position_ids=q_pos.to(device), attention_mask=mask,
-            past_key_values=self.cache, use_cache=True, output_hidden_states=hidden,
-        )  # fmt: skip
+        out = model_call(
+            m, torch.tensor([ids], device=device), q_pos.to(device), mask, self.cache, hidden=hidden
+        )
         ms = (time.perf_counter() - t0) * 1e3
         self._start = start
         self.slot_pos += pos

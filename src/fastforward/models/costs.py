@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from fastforward.core.cache import SlotCache, rollback
+from fastforward.core.engine import model_call
 from fastforward.hardware import cpu_isa
 from fastforward.models.kernels import path_of
 from fastforward.models.loading import LoadedModel, cache_root
@@ -37,12 +38,12 @@ def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int 
     prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
     block = torch.randint(0, vocab, (1, k), generator=gen).to(device)
     cache = SlotCache(context + k)  # the engine's static cache, so the curve times the forward methods run
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    model_call(model, prefix, None, None, cache, keep=1)
     pos = torch.arange(context, context + k, device=device)[None]
     times = []
     for i in range(repeats + 1):  # the first is a warm-up
         t = time.perf_counter()
-        model(input_ids=block, position_ids=pos, past_key_values=cache, use_cache=True)
+        model_call(model, block, pos, None, cache)
         if i:
             times.append((time.perf_counter() - t) * 1e3)
         rollback(cache, context)
