@@ -46,6 +46,33 @@ def test_every_lossless_method_with_its_default_schedule_equals_ar(smollm2, prom
         assert dec.generate(ids, cfg).tokens == ref
 
 
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [  # the wide-step methods run batch 3 by default in test_batching.py; every method here in the slow set
+        ("pld", {}),
+        ("recycle", {}),
+        ("suffix", {}),
+        pytest.param("jacobi", {}, marks=pytest.mark.slow),
+        pytest.param("lookahead", {}, marks=pytest.mark.slow),
+        pytest.param("pld", {"gamma_auto": False, "adaptive": True}, marks=pytest.mark.slow),
+        pytest.param("recycle", {"tree": "static"}, marks=pytest.mark.slow),
+        pytest.param("layerskip", {}, marks=pytest.mark.slow),
+        pytest.param("qsd", {}, marks=pytest.mark.slow),
+        pytest.param("sd", {}, marks=pytest.mark.slow),
+    ],
+)
+def test_every_lossless_method_batched_four_rows_equals_ar(smollm2, prompts, reference, method, options):
+    """Batch 1 is a batch of one row of the same step, so the same methods, default or fixed schedules, give
+    greedy AR's tokens with the four real prompts decoded together (ragged rows, per-row drafters and trees)."""
+    from fastforward.core.batching import batched
+
+    draft = smollm2 if method == "sd" else None
+    bd = batched(build_decoder(method, smollm2, draft, options), max_batch_size=4)
+    reqs = bd.generate_many(prompts, greedy_config(N_TOKENS, smollm2.eos_token_ids))
+    assert [r.result.tokens for r in reqs] == reference
+    assert bd.stats.max_rows == 4
+
+
 def test_recycle_with_every_step_a_tree_on_real_prompts_equals_ar(smollm2, prompts, reference):
     """The static template: every step whose anchor has a row verifies a tree (the default sizes trees by
     this machine's costs and may take AR steps); one decoder, so later prompts read a matrix the earlier

@@ -195,11 +195,11 @@ class FlippingClock:
 
 @pytest.fixture
 def flipping_clock(target: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> Iterator[FlippingClock]:
-    from fastforward.decoders import lookahead
+    from fastforward.core import batching
     from fastforward.decoders.speculative import engine
 
     clock = FlippingClock()
-    monkeypatch.setattr(lookahead, "time", clock)
+    monkeypatch.setattr(batching, "time", clock)  # the step's propose / forward / verify times
     monkeypatch.setattr(engine, "time", clock)
     monkeypatch.setattr(chimera_module, "time", clock)
     handle = target.model.register_forward_pre_hook(clock.forward_hook, with_kwargs=True)

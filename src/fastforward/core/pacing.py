@@ -20,6 +20,17 @@ not reproduce, so the decoders keep the gate off there (``SamplingConfig.seeded`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def follows_times(solo: bool, sampling: Any) -> bool:
+    """The one rule of every width policy (the step gate, gamma_auto, a timed tree sizer): a row's step widths
+    may follow measured times only when the row decodes alone (``solo``: batch 1; a batch forward's time is
+    shared by its rows, so no row's is its own, and a policy then reads the machine's cached cost curve or
+    keeps its fixed schedule) and is not seeded (a seed must give the same tokens on any machine and load).
+    What a policy learns of the machine's costs persists across its decoder's requests; what it learns of the
+    text is the request's (the gate and gamma_auto keep both on the decoder, ``begin()`` marks a request)."""
+    return solo and not sampling.seeded
 
 
 def parallel_pays(tokens_per_step: float, parallel_ms: float, ar_ms: float) -> bool:

@@ -51,6 +51,7 @@ from fastforward.core.acceptance import ACCEPT_RULES, CONSULTANT_EPS, TYPICAL_EP
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.decoder import MissingInput
 from fastforward.core.options import build_config, check_config, opt
+from fastforward.core.pacing import follows_times
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.ngram import NGramIndex, check_ngram_range
@@ -179,7 +180,7 @@ class ChimeraProposer(Proposer):
         state = d.draft.new_state(d.trigram_cache)
         # seeded sampling must reproduce: its trees (and so its random draws) follow the cached cost curve
         # and the committed tokens only, not measured times
-        sizer = d._sizer(timed=self.solo and not row.run.config.sampling.seeded)
+        sizer = d._sizer(timed=follows_times(self.solo, row.run.config.sampling))
         index = NGramIndex(o.ngram_max, o.ngram_min) if o.lookup else None
         row.state = _ChimeraRow(state, sizer, index, d.draft.cfg.num_heads)
         state.observe(row.request.prompt + row.run.tokens[:1], prefill.hidden_states[-1][0])

@@ -76,7 +76,7 @@ from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Ver
 from fastforward.core.cache import text_config
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import GATE_HELP, GATES, StepGate
+from fastforward.core.pacing import GATE_HELP, GATES, StepGate, follows_times
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -350,7 +350,7 @@ class JacobiProposer(Proposer):
 
     def _state(self, row: Row) -> _JacobiRow:
         c = self.decoder.config
-        gated = self.solo and gate_on(c, row.run.config.sampling)
+        gated = gate_on(c, row.run.config.sampling) and follows_times(self.solo, row.run.config.sampling)
         return _JacobiRow(c, self.decoder.gate.begin() if gated else StepGate(enabled=False))
 
     def admit(self, row: Row, prefill: Any) -> None:

@@ -39,7 +39,7 @@ import torch
 
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import GATE_HELP, GATES, StepGate
+from fastforward.core.pacing import GATE_HELP, GATES, StepGate, follows_times
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ class LookaheadProposer(Proposer):
 
     def admit(self, row: Row, prefill: Any) -> None:
         c = self.decoder.config
-        timed = self.solo and c.gate == "auto" and not row.run.config.sampling.seeded
+        timed = c.gate == "auto" and follows_times(self.solo, row.run.config.sampling)
         gate = self.decoder.gate.begin() if timed else StepGate(enabled=False)
         row.state = _LookaheadRow(c, row.request.prompt, gate)
 

@@ -41,6 +41,7 @@ import torch
 from fastforward.chimera.tree import Tree, TreeSizer, default_tree
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
+from fastforward.core.pacing import follows_times
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 from fastforward.models.loading import logits_width
@@ -209,7 +210,11 @@ class RecycleProposer(Proposer):
         d, seeded = self.decoder, row.run.config.sampling.seeded
         # a seed must reproduce: a request-local matrix and trees from the cached cost curve only
         own = Adjacency(d.vocab, d.options.topk) if seeded or not d.options.persist else None
-        row.state = {"matrix": own, "sizer": d._sizer(timed=self.timed and not seeded), "hist": []}
+        row.state = {
+            "matrix": own,
+            "sizer": d._sizer(timed=follows_times(self.timed, row.run.config.sampling)),
+            "hist": [],
+        }
         row.state.update(tree=0, ar=0, drafted=0)
         matrix = self._matrix(row)
         row.state["known0"] = matrix.known()

@@ -23,7 +23,7 @@ import torch
 from fastforward.core.acceptance import Rule
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.decoder import GenerationConfig
-from fastforward.core.pacing import Ema
+from fastforward.core.pacing import Ema, follows_times
 from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
 from fastforward.decoders.speculative.lockstep import LockstepDraftProposer, lockstep_fits
 from fastforward.errors import FastForwardError
@@ -257,7 +257,7 @@ class SpecProposer(Proposer):
         drafter = d.drafter if self.solo else d.drafter.fresh()
         drafter.reset()
         # a schedule from measured times: only alone in the forward, and never under a seed (it must reproduce)
-        timed = self.solo and spec.gamma_auto and not row.run.config.sampling.seeded
+        timed = spec.gamma_auto and follows_times(self.solo, row.run.config.sampling)
         costs = d.costs.begin() if timed else None
         gamma = costs.gamma(spec.gamma, spec.gamma_max) if costs is not None else spec.gamma
         row.state = _SpecRow(drafter, costs, gamma)
