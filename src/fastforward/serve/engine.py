@@ -180,7 +180,7 @@ class Engine:
         self._pending: deque[Job] = deque()  # the FIFO; guarded by _cond, like _closed and _running
         self._cond = threading.Condition()
         self._decoders: OrderedDict[tuple, Decoder] = OrderedDict()
-        # batched form per decoder key; None: that configuration has no batched path (runs at batch 1)
+        # batched form per decoder key; None: a transformers generate() peer (runs alone through _execute)
         self._batches: OrderedDict[tuple, BatchDecoder | None] = OrderedDict()
         self._cache_size = decoder_cache
         self._thread: threading.Thread | None = None
@@ -298,7 +298,7 @@ class Engine:
         try:
             batch: BatchDecoder | None = batched(decoder, self.max_batch_size, self.token_budget)
         except FastForwardError as e:
-            log.info("%s runs at batch 1: %s", job.method, e)
+            log.info("%s runs outside the batches: %s", job.method, e)
             batch = None
         self._batches[key] = batch
         while len(self._batches) > self._cache_size:
