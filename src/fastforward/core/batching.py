@@ -68,6 +68,12 @@ class Draft:
     def chain(tokens: Sequence[int], probs: torch.Tensor | None = None) -> Draft:
         return Draft([int(t) for t in tokens], list(range(-1, len(tokens) - 1)), probs)
 
+    @staticmethod
+    def below(nodes: Sequence[int], parents: Sequence[int], context: int = 0) -> Draft:
+        """The guesses of a tree grown from the anchor (``nodes[0]`` the anchor, ``parents[0] == -1``, the
+        block layout a method builds its tree in), re-indexed under the anchor."""
+        return Draft([int(t) for t in nodes[1:]], [p - 1 for p in parents[1:]], context=context)
+
 
 @dataclass
 class Request:

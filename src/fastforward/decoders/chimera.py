@@ -216,7 +216,7 @@ class ChimeraProposer(Proposer):
                 nodes, parents, _ = graft_chain(nodes, parents, tree.depths, chain)
             st.tree, st.top_ids, st.chain = tree, top_ids, chain
             # candidates are point-mass drafts: exact stays lossless in distribution when sampling
-            drafts.append(Draft(list(nodes[1:]), [p - 1 for p in parents[1:]]))
+            drafts.append(Draft.below(nodes, parents))
         return drafts
 
     def observe(

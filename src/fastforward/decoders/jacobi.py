@@ -72,8 +72,7 @@ from typing import Any
 import torch
 
 from fastforward.core.acceptance import common_prefix, fan_parents
-from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
-from fastforward.core.cache import text_config
+from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified, pad_token
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import GATE_HELP, GATES, StepGate, follows_times
@@ -300,11 +299,7 @@ class JacobiDecoder(ProposerDecoder):
     def __init__(self, model: torch.nn.Module, config: JacobiConfig | None = None) -> None:
         super().__init__(model)
         self.config = check_config(config or JacobiConfig(), self.name)
-        cfg = text_config(model)
-        pad = getattr(cfg, "pad_token_id", None)
-        eos = getattr(cfg, "eos_token_id", None)
-        eos = eos[0] if isinstance(eos, list) else eos
-        self.pad_id = int(pad if pad is not None else eos if eos is not None else 0)
+        self.pad_id = pad_token(model)  # what the pad init guesses
         self.last_trajectory: list[BlockTrajectory] = []
         self.gate = StepGate()  # shared by this decoder's requests (core.pacing)
 
@@ -383,7 +378,7 @@ class JacobiProposer(Proposer):
             flat, parents, branches = guess_tree(anchor, st.guess[:fed], cands, c.pool_size)
             st.step = (L, par, fed, branches, len(tokens))
             # the fed guesses and candidates are point-mass drafts (lossless in distribution when sampling)
-            drafts.append(Draft(flat[1:], [p - 1 for p in parents[1:]]))
+            drafts.append(Draft.below(flat, parents))
         return drafts
 
     def observe(

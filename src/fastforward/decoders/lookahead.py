@@ -200,7 +200,7 @@ class LookaheadProposer(Proposer):
             flat = [t for r in st.rows for t in r] + [t for cand in cands for t in cand]
             parents = self.decoder._layout(len(st.rows), len(cands))
             st.step = (True, len(cands), len(row.run.tokens))
-            drafts.append(Draft(flat, [p - 1 for p in parents[1:]], context=len(st.rows) * c.window))
+            drafts.append(Draft.below([row.anchor, *flat], parents, context=len(st.rows) * c.window))
         return drafts
 
     def observe(

@@ -236,7 +236,7 @@ class RecycleProposer(Proposer):
                     continue
             tokens, parents, _ = expand(tree, row.anchor, self._matrix(row))
             tokens, parents = tokens[: row.room], parents[: row.room]  # nodes past the cap would be cut
-            drafts.append(Draft(tokens[1:], [p - 1 for p in parents[1:]]))
+            drafts.append(Draft.below(tokens, parents))
         return drafts
 
     def observe(
