@@ -22,6 +22,7 @@ from fastforward.core.acceptance import accept_tree as accept_greedy
 from fastforward.core.acceptance import accept_tree_typical as accept_typical
 from fastforward.core.acceptance import longest_path
 from fastforward.core.masks import positions, tree_mask, tree_visibility
+from fastforward.core.pacing import StepCost
 
 from .conftest import make_tiny
 
@@ -172,14 +173,14 @@ def test_tree_sizer_follows_measured_costs_and_acceptance():
     top_ids = [[1, 2, 3, 4]] * 4
     first = sizer.tree()
     for _ in range(40):  # the top-1 chain is always right; verify runs at 4x the curve
-        sizer.observe([1, 1, 1, 1, 1], top_ids, 5, propose_ms=2.0, observe_ms=0.5, verify_ms=4 * (10.0 + 5))
+        sizer.observe(StepCost(4, 4, 2.0, 4 * (10.0 + 5), 0.5, tokens=[1, 1, 1, 1, 1], candidates=top_ids))
     assert sizer.scale == pytest.approx(4.0, rel=1e-3)
     assert sizer.draft_ms(4) == pytest.approx(0.5 + 4 * 0.5, rel=1e-3)  # 2 ms over 4 heads
     chain = sizer.tree()
     assert chain.paths[:4] == ((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0))
     assert chain.size < first.size or chain.max_depth == 4
     for _ in range(60):  # the first head stops being right: the tree shrinks to a node or two
-        sizer.observe([7], top_ids[:1], 2, propose_ms=0.5, observe_ms=0.5, verify_ms=4 * 12.0)
+        sizer.observe(StepCost(1, 0, 0.5, 4 * 12.0, 0.5, tokens=[7], candidates=top_ids[:1]))
     assert sizer.stats.rates()[0][0] < 0.3
     assert sizer.tree().size <= 3 < chain.size
 
@@ -218,7 +219,7 @@ def test_an_untimed_sizer_ignores_measured_times():
     timed, untimed = (TreeSizer(lambda k: 10.0 + k, depth=4, timed=t) for t in (True, False))
     for sizer in (timed, untimed):
         for _ in range(20):
-            sizer.observe([1, 1], [[1, 2, 3, 4]] * 2, 5, propose_ms=9.0, observe_ms=3.0, verify_ms=60.0)
+            sizer.observe(StepCost(4, 1, 9.0, 60.0, 3.0, tokens=[1, 1], candidates=[[1, 2, 3, 4]] * 2))
     assert timed.scale > 3.0 and untimed.scale == 1.0
     assert untimed.stats.trials == timed.stats.trials  # acceptance is still counted
     assert untimed.head_ms == pytest.approx(0.02 * 11.0) and timed.head_ms > 4.0  # first guess vs measured

@@ -13,9 +13,8 @@ import random
 
 import pytest
 
-from fastforward.core.pacing import StepGate
+from fastforward.core.pacing import CostTracker, StepGate
 from fastforward.decoders.registry import build_decoder
-from fastforward.decoders.speculative.engine import CostTracker
 
 from .conftest import greedy_ar, greedy_config
 from .test_pacing import _RandomSchedule

@@ -134,3 +134,48 @@ def test_rows_joined_at_different_lengths_equal_batch_one(model):
             alone.start(torch.tensor([p]))
             ref = alone.forward([blk]).logits[0]
             torch.testing.assert_close(got[r], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_prompt_prefilled_in_chunks_equals_one_forward(model):
+    """A long prompt goes in several forwards (each after the cache the earlier ones filled): the first
+    token's logits, every position's hidden states and the next step equal a cache-free full forward (the
+    Gemma 3 model's window of 6 is shorter than a chunk of 7 and than the prompt)."""
+    from fastforward.core.engine import prefill
+
+    prompt = PROMPT * 3  # 33 tokens: chunks of 7, 7, 7, 7, 5
+    ref = full_logits(model, prompt + [9])
+    with torch.inference_mode():
+        whole_cache, whole = prefill(
+            model, torch.tensor([prompt]), hidden=True, cache=SlotCache(64), chunk=512
+        )
+        cache, out = prefill(model, torch.tensor([prompt]), hidden=True, cache=SlotCache(64), chunk=7)
+        assert cache_length(cache) == len(prompt)
+        torch.testing.assert_close(out.logits[0, -1], ref[len(prompt) - 1], rtol=1e-4, atol=1e-4)
+        assert len(out.hidden_states) == len(whole.hidden_states)
+        for mine, one in zip(out.hidden_states, whole.hidden_states, strict=True):
+            assert mine.shape == one.shape == (1, len(prompt), one.shape[-1])
+            torch.testing.assert_close(mine, one, rtol=1e-4, atol=1e-4)
+        nxt = model(input_ids=torch.tensor([[9]]), past_key_values=cache, use_cache=True).logits[0, -1]
+    torch.testing.assert_close(nxt, ref[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_the_compiled_fixed_cache_prefills_in_chunks_too():
+    """The compiled path's prefill (the fixed cache, explicit masks) in chunks: the same first token's
+    logits and the same next step as the eager engine given the whole prompt at once."""
+    import fastforward.core.engine as engine_module
+    from fastforward.core.engine import compile_forward
+
+    eager, fast = make_tiny("llama", vocab=96, seed=3), make_tiny("llama", vocab=96, seed=3)
+    runner = compile_forward(fast.model, capacity=256, mode=None)
+    prompt = PROMPT * 3
+    with torch.inference_mode():
+        ref = ModelEngine(eager.model)
+        want = ref.start(torch.tensor([prompt]), capacity=64)
+        engine = ModelEngine(fast.model)
+        engine._runner, engine.cache = runner, runner.acquire(len(prompt) + engine_module.BUCKETS[-1])
+        got = engine._fixed_prefill(torch.tensor([prompt]), hidden=False, chunk=10)  # 10, 10, 10, 3
+        assert engine.lengths == [len(prompt)]
+        torch.testing.assert_close(got.logits[0, -1], want.logits[0, -1], rtol=1e-4, atol=1e-4)
+        step, ref_step = engine.forward([Block.chain([9, 4])]), ref.forward([Block.chain([9, 4])])
+        torch.testing.assert_close(step.logits[0], ref_step.logits[0], rtol=1e-4, atol=1e-4)
+        engine.reset()

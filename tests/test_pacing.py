@@ -43,7 +43,7 @@ def _simulate(gate: StepGate, par_ms: float, ar_ms: float, tokens, steps: int) -
     for i in range(steps):
         par = gate.parallel()
         n, ms = (tokens(i), par_ms) if par else (1, ar_ms)
-        gate.observe(par, n, ms)
+        gate.record(par, n, ms)
         total_tokens, total_ms, parallel = total_tokens + n, total_ms + ms, parallel + par
     return total_tokens / total_ms, parallel
 
@@ -179,9 +179,52 @@ def test_ema_demote_makes_the_next_sample_provisional_and_reopen_starts_afresh()
     gate = StepGate(burst=3)
     for _ in range(3):
         assert gate.parallel()
-        gate.observe(True, 1, 100.0)
-    gate.observe(False, 1, 10.0)
-    gate.observe(False, 1, 10.0)
+        gate.record(True, 1, 100.0)
+    gate.record(False, 1, 10.0)
+    gate.record(False, 1, 10.0)
     assert not gate.parallel() and gate.ar_steps == 2
     gate.reopen()
     assert gate.parallel() and gate.ar_steps == 0 and gate.burst == 3  # opens with a burst, settings kept
+
+
+def _policies() -> list:
+    from fastforward.chimera.tree import TreeSizer
+
+    return [StepGate(), pacing.CostTracker(start=3), TreeSizer(lambda k: 10.0 + k, depth=3)]
+
+
+def _size(width) -> int:
+    return width if isinstance(width, int) else width.size - 1  # a tree's width: its nodes below the root
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["gate", "gamma_auto", "tree_sizer"])
+def test_every_width_policy_chooses_observes_and_starts_requests_the_same_way(index):
+    """The gate, gamma_auto's tracker and the tree sizer answer one interface: choose a width no wider
+    than the limit, observe a StepCost, begin a request (keeping what they learnt), reopen afresh."""
+    policy, fresh = _policies()[index], _policies()[index]
+    for _ in range(12):
+        size = _size(policy.choose(4))
+        assert 0 <= size <= 4
+        cost = pacing.StepCost(size, 0, 5.0, 100.0 + 50 * size, tokens=[9, 9], candidates=[[1, 2, 3, 4]] * 3)
+        policy.observe(cost)  # nothing is ever accepted and width costs: every policy narrows
+    assert _size(policy.choose(4)) < _size(fresh.choose(4))
+    assert policy.begin() is policy  # a decoder's policy carries its estimates into the next request
+    assert isinstance(policy.extras(), dict) and policy.timed
+    policy.reopen()
+    assert _size(policy.choose(4)) == _size(fresh.choose(4))  # reopened: as a new one would
+
+
+def test_one_rule_says_which_rows_share_the_decoders_policy():
+    """Alone and unseeded: the decoder's policy, begun for the request; in a batch or under a seed: a fresh
+    one for the row (a batch forward's time is no row's own; a seed must reproduce on any machine)."""
+    shared = StepGate()
+    shared.ar_steps = 5
+    free, seeded = SamplingConfig(), SamplingConfig(temperature=0.7, seed=3)
+    assert pacing.row_policy(True, free, shared, lambda: StepGate(enabled=False)) is shared
+    assert shared.extras() == {"gate_ar_steps": 0, "gate_probes": 0}  # begin(): counters from this request
+    for solo, sampling in ((False, free), (True, seeded)):
+        row = pacing.row_policy(solo, sampling, shared, lambda: StepGate(enabled=False))
+        assert row is not shared and not row.timed
+    assert (
+        pacing.row_policy(True, free, None, lambda: StepGate(enabled=False)) is not shared
+    )  # the method's schedule is fixed

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
+from fastforward.core.pacing import CostTracker, best_gamma, expected_tokens
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.ngram import find_ngram_continuation
 from fastforward.decoders.registry import build_decoder
-from fastforward.decoders.speculative.engine import CostTracker, best_gamma, expected_tokens
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model
 
@@ -304,12 +304,12 @@ def test_cost_tracker_learns_acceptance_and_costs_within_a_request():
     t = CostTracker().begin()
     assert t.gamma(5, 12) == 5  # nothing measured yet: keep the configured gamma
     for _ in range(10):
-        t.observe(proposed=4, accepted=0, draft_ms=40.0, verify_ms=10.0)  # 10 ms a draft token, all rejected
+        t.record(proposed=4, accepted=0, draft_ms=40.0, verify_ms=10.0)  # 10 ms a draft token, all rejected
     assert t.alpha < 0.05 and t.draft_ms.value == pytest.approx(10.0)
     assert t.gamma(5, 12) == 0  # no draft length pays: a plain AR step
     t = CostTracker().begin()  # a cheap draft that is always right
     for _ in range(10):
-        t.observe(proposed=4, accepted=4, draft_ms=0.4, verify_ms=10.0)
+        t.record(proposed=4, accepted=4, draft_ms=0.4, verify_ms=10.0)
     assert t.gamma(1, 12) > 4
     assert t.verify_cost(9) == t.verify_ms[5].value  # nearest measured width
 
@@ -333,9 +333,9 @@ def _simulate(t: CostTracker, steps: int, draft_ms, accept, start: int = 0) -> l
     g = t.gamma(5, 12)
     for i in range(start, start + steps):
         if g > 0:
-            t.observe(g, int(accept(i) * g), g * draft_ms(i), _verify_ms(g + 1))
+            t.record(g, int(accept(i) * g), g * draft_ms(i), _verify_ms(g + 1))
         else:
-            t.observe(0, 0, 0.0, _verify_ms(1))
+            t.record(0, 0, 0.0, _verify_ms(1))
         out.append(g)
         g = t.gamma(g, 12)
     return out

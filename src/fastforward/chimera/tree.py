@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fastforward.core.pacing import StepCost
+
 Path = tuple[int, ...]
 
 # 24 drafted nodes + the root = 25 tokens per verification forward; 4 first-level branches (paper's code:
@@ -214,8 +216,9 @@ class AcceptanceStats:
 
 
 class TreeSizer:
-    """``tree=auto``: before each step, the tree :func:`best_tree` picks from this request's acceptance
-    (:class:`AcceptanceStats`) and the step's measured costs.
+    """``tree=auto``: before each step, the tree :func:`best_tree` picks from the acceptance seen so far
+    (:class:`AcceptanceStats`) and the step's measured costs; a
+    :class:`~fastforward.core.pacing.WidthPolicy` whose width is a tree.
 
     The verify cost of a width w is the machine's recorded curve ``curve_ms(w)`` (a k-token forward of this
     model, dtype and kernel path) times a running correction measured on the steps actually taken, which
@@ -250,35 +253,43 @@ class TreeSizer:
         return self.observe_ms + self.head_ms * depth
 
     def tree(self) -> Tree:
-        return self.choose()[0]
+        return self.choose(self.max_nodes)
 
-    def choose(self, extra_width: int = 0, extra_tokens: float = 0.0) -> tuple[Tree, float]:
-        """The best tree and its expected tokens per ms, with ``extra_width`` more nodes in the forward that
-        add ``extra_tokens`` expected tokens (see :func:`best_tree`)."""
+    def begin(self) -> TreeSizer:
+        """A request starts on a decoder's sizer: the cost scale and the heads' acceptance carry over (they
+        decay step by step, so a new text takes over within a few dozen steps)."""
+        return self
+
+    def reopen(self) -> None:
+        """Forget every estimate (a warm-up's must not decide the measured run)."""
+        self.__init__(
+            self.curve_ms, len(self.stats.trials), self.ranks, self.max_nodes, self.decay, self.timed
+        )
+
+    def extras(self) -> dict[str, int]:
+        return {}
+
+    def choose(self, limit: int, extra_width: int = 0, extra_tokens: float = 0.0) -> Tree:
+        """The best tree of at most ``limit`` nodes (its expected tokens per ms in :attr:`rate`), with
+        ``extra_width`` more nodes in the forward that add ``extra_tokens`` expected tokens (see
+        :func:`best_tree`)."""
         q = self.stats.rates()
         if self._ranked is None:  # once per step: the acceptance counts change only in observe()
             self._ranked = rank_paths(q)
+        nodes = max(1, min(self.max_nodes, limit))
         tree, self.rate = best_tree(
-            q, self.verify_ms, self.draft_ms, self.max_nodes, extra_width, extra_tokens, self._ranked
+            q, self.verify_ms, self.draft_ms, nodes, extra_width, extra_tokens, self._ranked
         )
-        return tree, self.rate
+        return tree
 
-    def observe(
-        self,
-        committed: Sequence[int],
-        top_ids: Sequence[Sequence[int]],
-        width: int,
-        propose_ms: float,
-        observe_ms: float,
-        verify_ms: float,
-    ) -> None:
-        """One step's outcome: its committed tokens, head d's candidates ``top_ids[d]`` for the heads that
-        ran, the verify width (root included) and the measured milliseconds of each part."""
-        self.stats.observe(committed, top_ids)
+    def observe(self, step: StepCost) -> None:
+        """One step's outcome: its committed tokens, head d's candidates ``step.candidates[d]`` for the heads
+        that ran, the verify width (root included) and the measured milliseconds of each part."""
+        self.stats.observe(step.tokens, step.candidates)
         self._ranked = None
         if not self.timed:
             return
         d = self.decay
-        self.scale = d * self.scale + (1 - d) * verify_ms / max(self.curve_ms(width), 1e-6)
-        self.head_ms = d * self.head_ms + (1 - d) * propose_ms / max(len(top_ids), 1)
-        self.observe_ms = d * self.observe_ms + (1 - d) * observe_ms
+        self.scale = d * self.scale + (1 - d) * step.verify_ms / max(self.curve_ms(step.fed), 1e-6)
+        self.head_ms = d * self.head_ms + (1 - d) * step.propose_ms / max(len(step.candidates), 1)
+        self.observe_ms = d * self.observe_ms + (1 - d) * step.observe_ms

@@ -221,15 +221,43 @@ def compile_forward(
     return runner
 
 
+PREFILL_CHUNK = 512  # prompt tokens per prefill forward: bounds attention's [heads, chunk, context] scores
+
+
 def prefill(
-    model: torch.nn.Module, ids: torch.Tensor, hidden: bool = False, cache: Any = None
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    hidden: bool = False,
+    cache: Any = None,
+    chunk: int = PREFILL_CHUNK,
 ) -> tuple[Any, Any]:
     """A KV cache holding the prompt ``ids`` [1, T] (``cache``, empty, or a fresh dynamic one), and the model
-    output with only the last position's logits (the first new token; ``hidden``: its hidden states too).
-    The prompt is one row; the batched scheduler prefills each request this way before
-    :meth:`ModelEngine.add` joins it to the batch."""
+    output with only the last position's logits (the first new token; ``hidden``: every prompt position's
+    hidden states too). The prompt is one row; the batched scheduler prefills each request this way before
+    :meth:`ModelEngine.add` joins it to the batch.
+
+    A long prompt goes in ``chunk`` tokens per forward, each after the cache the earlier ones filled: one
+    forward of T tokens scores ``heads x T x T`` attention weights (~3 GB at T = 8k for a 12-head model),
+    chunks ``heads x chunk x T``; on a CPU the prefill is compute-bound either way, so chunks cost no time.
+    """
     cache = new_cache(model) if cache is None else cache
-    return cache, model_call(model, ids, None, None, cache, hidden=hidden, keep=1)
+    t = ids.shape[1]
+    parts = [
+        model_call(model, ids[:, s : s + chunk], None, None, cache, hidden=hidden, keep=1)
+        for s in range(0, t, max(1, chunk))
+    ]
+    return cache, joined(parts, hidden)
+
+
+def joined(parts: Sequence[Any], hidden: bool) -> Any:
+    """The output of a prefill run in chunks as one forward gives it: the last chunk's (its last logits),
+    with every position's hidden states, layer by layer, when asked."""
+    out = parts[-1]
+    if hidden and len(parts) > 1:
+        out.hidden_states = tuple(
+            torch.cat(layer, dim=1) for layer in zip(*(p.hidden_states for p in parts), strict=True)
+        )
+    return out
 
 
 class Forward:
@@ -315,26 +343,30 @@ class ModelEngine:
         self.lengths = [ids.shape[1]]
         return out
 
-    def _fixed_prefill(self, ids: torch.Tensor, hidden: bool) -> Any:
-        """The prompt into the compiled forward's fixed cache, eagerly (one forward of any length)."""
+    def _fixed_prefill(self, ids: torch.Tensor, hidden: bool, chunk: int = PREFILL_CHUNK) -> Any:
+        """The prompt into the compiled forward's fixed cache, eagerly, ``chunk`` tokens per forward (as
+        :func:`prefill`)."""
         assert self._runner is not None and isinstance(self.cache, FixedCache)
-        t = ids.shape[1]
         param = next(self.model.parameters())
-        _, pos, mask = block_inputs(
-            self.model,
-            [0],
-            [Block.chain(ids[0].tolist())],
-            0,
-            0,
-            param.dtype,
-            ids.device,
-            span=self.cache.capacity,
-        )
-        self.cache.write_at(0, t, ids.device)
-        out = self._runner.prefill(ids, pos, mask, hidden)
-        self.cache.advance(t)
-        self.lengths = [t]
-        return out
+        parts = []
+        for s in range(0, ids.shape[1], max(1, chunk)):
+            part = ids[:, s : s + chunk]
+            t = part.shape[1]
+            _, pos, mask = block_inputs(
+                self.model,
+                [s],
+                [Block.chain(part[0].tolist())],
+                s,
+                0,
+                param.dtype,
+                ids.device,
+                span=self.cache.capacity,
+            )
+            self.cache.write_at(s, t, ids.device)
+            parts.append(self._runner.prefill(part, pos, mask, hidden))
+            self.cache.advance(s + t)
+        self.lengths = [ids.shape[1]]
+        return joined(parts, hidden)
 
     def add(self, cache: Any, length: int) -> None:
         """Join a prefilled single-row cache holding ``length`` tokens as the last row (one copy of the

@@ -1,26 +1,82 @@
-"""Run a method's parallel step only while it beats a plain AR step on this machine and text.
+"""Width policies: how wide each row's next step is, chosen from what earlier steps cost and yielded.
 
-A parallel step (a Jacobi block, a lookahead window) feeds many tokens to commit a few; whether that pays is
-``tokens per step / ms per step`` against ``1 / ms per AR step``, and both sides differ by machine (a
-16-token forward costs ~1.1x one token on a CPU with bf16 instructions, 3-16x on an AVX2-only one in bf16)
-and by text (Jacobi commits ~1.05 tokens per step on chat, more on code). So the step is not fixed in
-advance: :class:`StepGate` times both kinds of step as they run and chooses the one that has given
-more tokens per ms. An AR step feeds only the last committed token, so it costs what AR costs; while AR
-wins, the parallel step is probed again (a burst of steps, since a method's steps build on each other) after
-a back-off that doubles with every losing probe (a cost ratio that the text could overcome is found again;
-one that nothing overcomes costs ~1/64 of the time).
+Every method's step verifies some guesses after the row's last token; how many pays depends on the machine
+(a 16-token forward costs ~1.1x one token on a CPU with bf16 instructions, 3-16x on an AVX2-only one in
+bf16) and on the text (Jacobi commits ~1.05 tokens per step on chat, more on code). So a method that can
+vary its width asks a :class:`WidthPolicy`: ``choose`` this step's width for this row, ``observe`` what the
+step cost and yielded (:class:`StepCost`). Three implement it:
 
-A decoder keeps one gate across its requests (:meth:`StepGate.begin`), so only its first request pays the
-opening measurements and a server or bench settles once. Any schedule of parallel and AR steps commits the
-same greedy tokens (each step commits the target's own argmax chain), so the gate never changes greedy
-output, only speed. With a seeded sampler the step schedule would follow measured times and the seed would
-not reproduce, so the decoders keep the gate off there (``SamplingConfig.seeded``).
+- :class:`StepGate` (Jacobi, lookahead ``gate=auto``): the method's parallel step or a plain AR step;
+- :class:`CostTracker` (speculative ``gamma_auto``): the draft length, 0 for a plain AR step;
+- :class:`~fastforward.chimera.tree.TreeSizer` (Chimera and Token Recycling ``tree=auto``): the tree.
+
+One rule says when a policy may follow measured times (:func:`follows_times`: the row decodes alone and
+is not seeded) and one where it lives (:func:`row_policy`): a timed policy is the decoder's and carries what
+it learnt across requests (``begin()`` marks each); any other is the row's own, fresh per request, and
+reads only the machine's cached cost curve or its fixed schedule, so a seed reproduces on any machine
+and load. Whatever a policy chooses, a lossless method commits the same tokens: a policy changes speed only.
+
+:class:`StepGate` in more detail: a parallel step (a Jacobi block, a lookahead window) feeds many tokens to
+commit a few; whether that pays is ``tokens per step / ms per step`` against ``1 / ms per AR step``. The gate
+times both kinds of step as they run and chooses the one that has given more tokens per ms. An AR step feeds
+only the last committed token, so it costs what AR costs; while AR wins, the parallel step is probed again
+(a burst of steps, since a method's steps build on each other) after a back-off that doubles with every
+losing probe (a cost ratio that the text could overcome is found again; one that nothing overcomes costs
+~1/64 of the time).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+C = TypeVar("C", covariant=True)
+P = TypeVar("P", bound="WidthPolicy")
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One row's step as a width policy sees it: what it verified, what it committed and what it cost."""
+
+    guesses: int  # guesses the verify forward judged (0: a plain AR step, the last token alone)
+    accepted: int  # of them accepted: the step committed accepted + 1 tokens
+    propose_ms: float = 0.0  # proposing them (a draft model, draft heads, a lookup)
+    verify_ms: float = 0.0  # the verify forward
+    observe_ms: float = 0.0  # the proposer's bookkeeping after the step (a draft head's state update)
+    width: int = 0  # tokens the forward fed, root included (0: guesses + 1; a Jacobi window feeds more)
+    tokens: Sequence[int] = ()  # the committed tokens, for a policy that learns which candidate was right
+    candidates: Sequence[Sequence[int]] = ()  # per depth, the proposer's ranked candidates this step
+
+    @property
+    def fed(self) -> int:
+        return self.width or self.guesses + 1
+
+
+class WidthPolicy(Protocol[C]):
+    """Choose this step's width for a row; observe what it cost and yielded.
+
+    ``choose(limit)`` returns the policy's kind of width, never wider than ``limit`` guesses: a count (0: a
+    plain AR step) for a chain or a block, a tree for a tree. ``timed``: the policy reads measured times
+    (see :func:`follows_times`); otherwise only counts and the machine's cached cost curve."""
+
+    timed: bool
+
+    def begin(self) -> WidthPolicy[C]:
+        """A request starts: what was learnt carries over, per-request counters restart."""
+        ...
+
+    def reopen(self) -> None:
+        """Forget every estimate (a bench's warm-up must not decide the measured run)."""
+        ...
+
+    def choose(self, limit: int) -> C: ...
+
+    def observe(self, step: StepCost) -> None: ...
+
+    def extras(self) -> dict[str, int]:
+        """This request's counters for the run's stats."""
+        ...
 
 
 def follows_times(solo: bool, sampling: Any) -> bool:
@@ -31,6 +87,15 @@ def follows_times(solo: bool, sampling: Any) -> bool:
     What a policy learns of the machine's costs persists across its decoder's requests; what it learns of the
     text is the request's (the gate and gamma_auto keep both on the decoder, ``begin()`` marks a request)."""
     return solo and not sampling.seeded
+
+
+def row_policy(solo: bool, sampling: Any, shared: P | None, fresh: Callable[[], P]) -> P:
+    """The policy a row uses: the decoder's ``shared`` one (``begin()``-ed, so its estimates carry over
+    from earlier requests) when the row's widths may follow measured times, else ``fresh()``, the row's
+    own for this request (untimed)."""
+    if shared is not None and follows_times(solo, sampling):
+        return shared.begin()  # type: ignore[return-value]
+    return fresh()
 
 
 def parallel_pays(tokens_per_step: float, parallel_ms: float, ar_ms: float) -> bool:
@@ -102,10 +167,15 @@ class StepGate:
     _left: int = 0  # parallel steps left in the current burst
     _sum: int = 0  # tokens the current burst committed so far
     _at_begin: tuple[int, int] = (0, 0)
+    _chosen: bool = True  # the kind of the step choose() gave last (observe() records that kind)
 
     def __post_init__(self) -> None:
         self.backoff = self.min_backoff
         self._left = self.burst  # the opening burst
+
+    @property
+    def timed(self) -> bool:
+        return self.enabled
 
     def reopen(self) -> None:
         """Forget every estimate and open with a burst again, as a new gate would (the estimates of a
@@ -126,8 +196,13 @@ class StepGate:
             return True
         return parallel_pays(self.tokens.value, self.parallel_ms.value, self.ar_ms.value)
 
+    def choose(self, limit: int) -> int:
+        """``limit`` (the method's parallel step) or 0 (a plain AR step)."""
+        self._chosen = self.parallel()
+        return limit if self._chosen else 0
+
     def parallel(self) -> bool:
-        """The kind of the next step."""
+        """The kind of the next step (:meth:`choose` without recording it)."""
         if not self.enabled or self._left > 0:
             return True
         if self.ar_ms.value is None or self.parallel_ms.value is None:
@@ -141,7 +216,11 @@ class StepGate:
             return True
         return False
 
-    def observe(self, parallel: bool, tokens: int, ms: float) -> None:
+    def observe(self, step: StepCost) -> None:
+        """Record the step :meth:`choose` chose: the tokens it committed and its wall time."""
+        self.record(self._chosen, step.accepted + 1, step.propose_ms + step.verify_ms)
+
+    def record(self, parallel: bool, tokens: int, ms: float) -> None:
         """Record a step: its kind, the tokens it committed and its wall time."""
         if not self.enabled:
             return
@@ -169,4 +248,149 @@ class StepGate:
         return {
             "gate_ar_steps": self.ar_steps - self._at_begin[0],
             "gate_probes": self.probes - self._at_begin[1],
+        }
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens one step commits on average when each draft token is accepted with probability ``alpha``
+    (independently, as in Leviathan et al.): the accepted prefix plus the target's own token."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def best_gamma(
+    alpha: float, draft_cost: float, verify_cost: Callable[[int], float], gamma_max: int, gamma_min: int = 1
+) -> int:
+    """The draft length with the most expected tokens per unit of time: a step costs ``gamma`` draft
+    forwards (``draft_cost`` each) plus one verify forward over ``gamma + 1`` tokens (``verify_cost(k)``),
+    all in the same unit. On a CPU where a wide verify costs ~1x a narrow one and the draft is cheap,
+    this is long; with an expensive draft or a low acceptance rate it shrinks to 1, or with
+    ``gamma_min=0`` to 0: a plain AR step, when no draft pays for itself at all."""
+    return max(
+        range(gamma_min, gamma_max + 1),
+        key=lambda g: expected_tokens(alpha, g) / (g * draft_cost + verify_cost(g + 1)),
+    )
+
+
+class CostTracker:
+    """Running estimates of what :func:`best_gamma` needs, and the schedule that probes a draft it turned off.
+
+    Estimates: the acceptance rate (an exponential average of each step's accepted/proposed from an even
+    prior), the draft's cost per token and the verify forward's cost per width (ms; an unseen width takes
+    the nearest measured one). Cost samples go through :class:`~fastforward.core.pacing.Ema`, whose first
+    sample is provisional; the draft's first sample of each request and of each probe is provisional again,
+    because that step pays for the draft catching up on the context (a draft model prefills it), and one
+    provisional sample alone never turns the draft off.
+
+    When no draft length pays (a draft that is slow or rarely right on this machine and text) it returns 0
+    and the step is plain AR. While off, the draft is probed as :class:`~fastforward.core.pacing.StepGate`
+    probes a parallel step: a burst of ``burst`` drafted steps after ``backoff * burst * cost ratio`` AR
+    steps, whose acceptance replaces the estimate and whose cost is measured afresh; a probe that still
+    loses doubles the back-off (up to ``max_backoff``), one that wins turns the draft back on. A draft that
+    never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
+    comes back within one back-off.
+    """
+
+    PRIOR = 0.5
+
+    timed = True  # a CostTracker is the timed schedule; an untimed row keeps its fixed gamma
+
+    def __init__(
+        self,
+        start: int = 5,
+        decay: float = 0.7,
+        burst: int = 3,
+        min_backoff: int = 8,
+        max_backoff: int = 64,
+    ) -> None:
+        """``start``: the draft length until a cost is measured (the configured gamma)."""
+        self.start = start
+        self.decay, self.burst, self.min_backoff, self.max_backoff = decay, burst, min_backoff, max_backoff
+        self.alpha = self.PRIOR
+        self.draft_ms = Ema(decay)  # per draft token
+        self.verify_ms: dict[int, Ema] = {}  # per width (tokens fed)
+        self.backoff, self.wait = min_backoff, 0  # wait: AR steps since the last drafted one
+        self.off_steps = self.probes = 0
+        self.gamma_max = 1
+        self._left, self._sum = 0, [0, 0]  # drafted steps left in a probe; its (proposed, accepted)
+        self._cold = False  # the next drafted step pays the draft's catch-up: its cost sample is provisional
+        self._at_begin = (0, 0)
+
+    def begin(self) -> CostTracker:
+        """Start a request: estimates and back-off carry over (this machine's costs; a workload's text moves
+        less between its requests than relearning would cost, and a draft that is off is not even prefilled),
+        the draft's next cost sample is provisional (it re-reads the prompt), :meth:`extras` counts from here."""
+        self._at_begin = (self.off_steps, self.probes)
+        self._cold = True
+        return self
+
+    def reopen(self) -> None:
+        """Forget every estimate (a warm-up's must not decide the measured run)."""
+        self.__init__(self.start, self.decay, self.burst, self.min_backoff, self.max_backoff)
+
+    def verify_cost(self, k: int) -> float:
+        known = {w: e.value for w, e in self.verify_ms.items() if e.value is not None}
+        nearest = min(known, key=lambda w: (abs(w - k), w))
+        return known[nearest]
+
+    def _best(self, gamma_min: int) -> int:
+        assert self.draft_ms.value is not None
+        alpha = min(self.alpha, 0.99)
+        return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
+
+    def choose(self, limit: int) -> int:
+        """This step's draft length, at most ``limit`` (0: a plain AR step)."""
+        return self.gamma(self.start, limit)
+
+    def gamma(self, current: int, gamma_max: int) -> int:
+        """This step's draft length (0: a plain AR step)."""
+        self.gamma_max = gamma_max
+        if self.draft_ms.value is None or not self.verify_ms:
+            return current  # nothing measured yet: the configured gamma
+        if self._left > 0 or self.draft_ms.count < 2:
+            return self._best(1)  # inside a probe, or one cold draft sample only: keep drafting
+        g = self._best(0)
+        if g > 0:
+            return g
+        g1 = self._best(1)
+        ratio = max(1.0, (g1 * self.draft_ms.value + self.verify_cost(g1 + 1)) / self.verify_cost(1))
+        if self.wait >= self.backoff * self.burst * ratio:
+            self._left, self._sum = self.burst, [0, 0]  # a probe
+            self.probes += 1
+            self._cold = True  # its first step pays the draft's catch-up over the AR stretch
+            return g1
+        return 0
+
+    def observe(self, step: StepCost) -> None:
+        """Record a step: draft tokens proposed and accepted, and the draft's and the verify's wall time."""
+        self.record(step.guesses, step.accepted, step.propose_ms, step.verify_ms)
+
+    def record(self, proposed: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
+        """:meth:`observe` in plain numbers."""
+        self.verify_ms.setdefault(proposed + 1, Ema(self.decay)).add(verify_ms)
+        if not proposed:  # an AR step (draft off, or it found nothing): nothing learned about the draft
+            self.wait += 1
+            self.off_steps += 1
+            return
+        self.wait = 0
+        if self._cold:
+            self.draft_ms.demote()
+            self._cold = False
+        self.draft_ms.add(draft_ms / proposed)
+        if self._left <= 0:  # drafting: a running average
+            self.alpha = self.decay * self.alpha + (1 - self.decay) * accepted / proposed
+            return
+        self._sum = [self._sum[0] + proposed, self._sum[1] + accepted]
+        self._left -= 1
+        if self._left == 0:  # a probe ends: its rate replaces the estimate (the text has moved on)
+            self.alpha = self._sum[1] / self._sum[0]
+            won = self._best(0) > 0
+            self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
+
+    def extras(self) -> dict[str, int]:
+        """This request's AR steps (draft off or empty) and probes of a draft that was off."""
+        return {
+            "gamma_auto_ar_steps": self.off_steps - self._at_begin[0],
+            "gamma_auto_probes": self.probes - self._at_begin[1],
         }

@@ -51,7 +51,7 @@ from fastforward.core.acceptance import ACCEPT_RULES, CONSULTANT_EPS, TYPICAL_EP
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.decoder import MissingInput
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import follows_times
+from fastforward.core.pacing import StepCost, row_policy
 from fastforward.core.vocab import COUNTS_FILE
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.ngram import NGramIndex, check_ngram_range
@@ -128,14 +128,19 @@ class ChimeraDecoder(ProposerDecoder):
         # the trigram cache outlives one generation (the paper's lookup table); weights never change here
         self.trigram_cache = TrigramLRU(options.cache)
         self.verify_curve = verify_curve
+        self.sizer: TreeSizer | None = None  # tree=auto's timed sizer (batch 1, unseeded), made on first use
 
     def proposer(self, solo: bool) -> ChimeraProposer:
-        if self.options.tree == "auto" and self.verify_curve is None:
-            self.verify_curve = interpolate(measure_curve(self.model))
+        if self.options.tree == "auto" and self.sizer is None:  # the timed sizer, kept across requests
+            self.sizer = self._sizer(timed=True)
         return ChimeraProposer(self, solo)
 
+    def reopen_estimates(self) -> None:
+        if self.sizer is not None:
+            self.sizer.reopen()
+
     def _sizer(self, timed: bool = True) -> TreeSizer | None:
-        """A fresh per-request sizer for ``tree=auto``; None for the static trees."""
+        """A sizer for ``tree=auto``; None for the static trees."""
         if self.options.tree != "auto":
             return None
         if self.verify_curve is None:
@@ -180,7 +185,7 @@ class ChimeraProposer(Proposer):
         state = d.draft.new_state(d.trigram_cache)
         # seeded sampling must reproduce: its trees (and so its random draws) follow the cached cost curve
         # and the committed tokens only, not measured times
-        sizer = d._sizer(timed=follows_times(self.solo, row.run.config.sampling))
+        sizer = row_policy(self.solo, row.run.config.sampling, d.sizer, lambda: d._sizer(timed=False))
         index = NGramIndex(o.ngram_max, o.ngram_min) if o.lookup else None
         row.state = _ChimeraRow(state, sizer, index, d.draft.cfg.num_heads)
         state.observe(row.request.prompt + row.run.tokens[:1], prefill.hidden_states[-1][0])
@@ -197,10 +202,11 @@ class ChimeraProposer(Proposer):
             if sizer is None:
                 tree = d.tree
             else:
-                tree, rate = sizer.choose()
+                tree = sizer.choose(row.room)
+                rate = sizer.rate
                 if chain:  # the branch only where its yield so far pays for the wider forward
-                    grown, grown_rate = sizer.choose(len(chain), st.gain)
-                    if grown_rate > rate:
+                    grown = sizer.choose(row.room, len(chain), st.gain)
+                    if sizer.rate > rate:
                         tree = grown
                     else:
                         chain = []
@@ -241,7 +247,17 @@ class ChimeraProposer(Proposer):
             st.state.observe(new, out.hidden[b][path])
             if st.sizer is not None:
                 observe_ms = (time.perf_counter() - t0) * 1e3
-                st.sizer.observe(new, st.top_ids.tolist(), fed, st.propose_ms, observe_ms, out.verify_ms)
+                cost = StepCost(
+                    fed - 1,
+                    len(path) - 1,
+                    st.propose_ms,
+                    out.verify_ms,
+                    observe_ms,
+                    fed,
+                    new,
+                    st.top_ids.tolist(),
+                )
+                st.sizer.observe(cost)
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         d, o = self.decoder, self.decoder.options

@@ -75,7 +75,7 @@ from fastforward.core.acceptance import common_prefix, fan_parents
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified, pad_token
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import GATE_HELP, GATES, StepGate, follows_times
+from fastforward.core.pacing import GATE_HELP, GATES, StepCost, StepGate, row_policy
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
 
@@ -345,8 +345,10 @@ class JacobiProposer(Proposer):
 
     def _state(self, row: Row) -> _JacobiRow:
         c = self.decoder.config
-        gated = gate_on(c, row.run.config.sampling) and follows_times(self.solo, row.run.config.sampling)
-        return _JacobiRow(c, self.decoder.gate.begin() if gated else StepGate(enabled=False))
+        shared = self.decoder.gate if gate_on(c, row.run.config.sampling) else None
+        return _JacobiRow(
+            c, row_policy(self.solo, row.run.config.sampling, shared, lambda: StepGate(enabled=False))
+        )
 
     def admit(self, row: Row, prefill: Any) -> None:
         row.state = self._state(row)
@@ -372,7 +374,7 @@ class JacobiProposer(Proposer):
                 room -= blk.size
                 st.ex["spawned_blocks"] += 1
             L = len(st.guess)  # positions after the anchor this step may commit (the last guess is not fed)
-            par = st.gate.parallel()  # False: an AR step, the anchor alone (the guesses wait unchanged)
+            par = st.gate.choose(1) > 0  # else an AR step, the anchor alone (the guesses wait unchanged)
             fed = L - 1 if par else 0
             cands = pool_continuations(reversed(st.pool), anchor, L - 1) if c.pool_size and par else ()
             flat, parents, branches = guess_tree(anchor, st.guess[:fed], cands, c.pool_size)
@@ -419,7 +421,7 @@ class JacobiProposer(Proposer):
             recycled = sum(i > fed for i in path)
             st.ex["recycled_tokens"] += recycled
             st.ex["recycle_steps"] += int(recycled > 0)
-            st.gate.observe(par, n_acc, out.propose_ms + out.verify_ms)
+            st.gate.observe(StepCost(fed, n_acc - 1, out.propose_ms, out.verify_ms))
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         c, stats = self.decoder.config, row.run.stats

@@ -39,7 +39,7 @@ import torch
 
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import GATE_HELP, GATES, StepGate, follows_times
+from fastforward.core.pacing import GATE_HELP, GATES, StepCost, StepGate, row_policy
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,8 @@ class LookaheadProposer(Proposer):
 
     def admit(self, row: Row, prefill: Any) -> None:
         c = self.decoder.config
-        timed = c.gate == "auto" and follows_times(self.solo, row.run.config.sampling)
-        gate = self.decoder.gate.begin() if timed else StepGate(enabled=False)
+        shared = self.decoder.gate if c.gate == "auto" else None
+        gate = row_policy(self.solo, row.run.config.sampling, shared, lambda: StepGate(enabled=False))
         row.state = _LookaheadRow(c, row.request.prompt, gate)
 
     def propose(self, rows: Sequence[Row]) -> list[Draft]:
@@ -192,7 +192,7 @@ class LookaheadProposer(Proposer):
         drafts = []
         for row in rows:
             st: _LookaheadRow = row.state
-            if not st.gate.parallel():  # an AR step: the anchor alone; window and pool wait
+            if not st.gate.choose(1):  # an AR step: the anchor alone; window and pool wait
                 st.step = (False, 0, len(row.run.tokens))
                 drafts.append(Draft())
                 continue
@@ -214,9 +214,8 @@ class LookaheadProposer(Proposer):
             kept = len(tokens) - before
             if c.output_ngrams:
                 add_output_ngrams(st.pool, st.prompt, tokens, kept, c.ngram)
-            ms = out.propose_ms + out.verify_ms
             if not parallel:
-                st.gate.observe(False, 1, ms)
+                st.gate.observe(StepCost(0, 0, out.propose_ms, out.verify_ms))
                 continue
             base = 1 + draft.context  # block index of the first candidate token
             last_out = out.argmax[b][base - c.window : base]  # outputs of the window's last row
@@ -234,7 +233,8 @@ class LookaheadProposer(Proposer):
             st.ex["forward_tokens"] += len(draft.tokens) + 1
             st.hist.extend([0] * (kept + 1 - len(st.hist)))
             st.hist[kept] += 1
-            st.gate.observe(True, 1 + accepted, ms)
+            fed = len(draft.tokens) + 1  # the anchor, the window (context) and the candidates (guesses)
+            st.gate.observe(StepCost(fed - 1 - draft.context, accepted, out.propose_ms, out.verify_ms, fed))
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         st: _LookaheadRow | None = row.state

@@ -41,7 +41,7 @@ import torch
 from fastforward.chimera.tree import Tree, TreeSizer, default_tree
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
-from fastforward.core.pacing import follows_times
+from fastforward.core.pacing import StepCost, row_policy
 from fastforward.errors import FastForwardError
 from fastforward.models.costs import KS, cached_curve, interpolate, measure_curve
 from fastforward.models.loading import logits_width
@@ -159,6 +159,7 @@ class RecycleDecoder(ProposerDecoder):
         self.matrix = Adjacency(vocab, options.topk)  # kept across requests (persist=true)
         self.tree = default_tree(4)
         self.verify_curve = verify_curve
+        self.sizer: TreeSizer | None = None  # tree=auto's timed sizer (batch 1, unseeded), made on first use
 
     def reset(self) -> None:
         """Forget every recycled candidate (a server's operator, or a bench between workloads)."""
@@ -168,6 +169,8 @@ class RecycleDecoder(ProposerDecoder):
         """A bench's warm-up ran the measured prompts' first one: what it taught must not speed up the
         measured run, so it is forgotten like the other methods' timing estimates."""
         self.reset()
+        if self.sizer is not None:
+            self.sizer.reopen()
 
     def _sizer(self, timed: bool) -> TreeSizer | None:
         if self.options.tree != "auto":
@@ -178,8 +181,8 @@ class RecycleDecoder(ProposerDecoder):
         return TreeSizer(self.verify_curve, o.depth, ranks=o.ranks, max_nodes=o.max_nodes, timed=timed)
 
     def proposer(self, solo: bool) -> RecycleProposer:
-        if self.options.tree == "auto" and self.verify_curve is None:
-            self.verify_curve = interpolate(measure_curve(self.model))
+        if self.options.tree == "auto" and self.sizer is None:  # the timed sizer, kept across requests
+            self.sizer = self._sizer(timed=True)
         return RecycleProposer(self, timed=solo)
 
 
@@ -212,7 +215,7 @@ class RecycleProposer(Proposer):
         own = Adjacency(d.vocab, d.options.topk) if seeded or not d.options.persist else None
         row.state = {
             "matrix": own,
-            "sizer": d._sizer(timed=follows_times(self.timed, row.run.config.sampling)),
+            "sizer": row_policy(self.timed, row.run.config.sampling, d.sizer, lambda: d._sizer(timed=False)),
             "hist": [],
         }
         row.state.update(tree=0, ar=0, drafted=0)
@@ -230,8 +233,8 @@ class RecycleProposer(Proposer):
                 continue
             tree, sizer = self.decoder.tree, row.state["sizer"]
             if sizer is not None:
-                tree, rate = sizer.choose()
-                if rate * (sizer.observe_ms + sizer.verify_ms(1)) < 1.0:  # no tree beats an AR step
+                tree = sizer.choose(row.room)
+                if sizer.rate * (sizer.observe_ms + sizer.verify_ms(1)) < 1.0:  # no tree beats an AR step
                     drafts.append(Draft())
                     continue
             tokens, parents, _ = expand(tree, row.anchor, self._matrix(row))
@@ -266,9 +269,22 @@ class RecycleProposer(Proposer):
             if sizer.timed:  # alone in the forward: the step's times are this row's costs
                 propose_ms = out.propose_ms if d.tokens else sizer.head_ms * len(seen)  # AR drafted nothing
                 observe_ms = (time.perf_counter() - t0) * 1e3
-                sizer.observe(new, seen, len(fed), propose_ms, observe_ms, out.verify_ms)
+                sizer.observe(
+                    StepCost(
+                        len(d.tokens),
+                        len(path) - 1,
+                        propose_ms,
+                        out.verify_ms,
+                        observe_ms,
+                        len(fed),
+                        new,
+                        seen,
+                    )
+                )
             else:
-                sizer.observe(new, seen, len(fed), 0.0, 0.0, 0.0)
+                sizer.observe(
+                    StepCost(len(d.tokens), len(path) - 1, width=len(fed), tokens=new, candidates=seen)
+                )
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         st = row.state or {}

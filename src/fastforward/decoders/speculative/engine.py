@@ -14,7 +14,7 @@ accepted; ``spec_recovered`` / ``spec_bonus`` how each step's target token arose
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch
 from fastforward.core.acceptance import Rule
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.decoder import GenerationConfig
-from fastforward.core.pacing import Ema, follows_times
+from fastforward.core.pacing import CostTracker, StepCost, row_policy
 from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
 from fastforward.decoders.speculative.lockstep import LockstepDraftProposer, lockstep_fits
 from fastforward.errors import FastForwardError
@@ -34,134 +34,6 @@ def next_gamma(gamma: int, proposed: int, accepted: int, lo: int, hi: int) -> in
     if proposed == 0:
         return gamma
     return min(hi, gamma + 1) if accepted == proposed else max(lo, gamma - 1)
-
-
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Tokens one step commits on average when each draft token is accepted with probability ``alpha``
-    (independently, as in Leviathan et al.): the accepted prefix plus the target's own token."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
-def best_gamma(
-    alpha: float, draft_cost: float, verify_cost: Callable[[int], float], gamma_max: int, gamma_min: int = 1
-) -> int:
-    """The draft length with the most expected tokens per unit of time: a step costs ``gamma`` draft
-    forwards (``draft_cost`` each) plus one verify forward over ``gamma + 1`` tokens (``verify_cost(k)``),
-    all in the same unit. On a CPU where a wide verify costs ~1x a narrow one and the draft is cheap,
-    this is long; with an expensive draft or a low acceptance rate it shrinks to 1, or with
-    ``gamma_min=0`` to 0: a plain AR step, when no draft pays for itself at all."""
-    return max(
-        range(gamma_min, gamma_max + 1),
-        key=lambda g: expected_tokens(alpha, g) / (g * draft_cost + verify_cost(g + 1)),
-    )
-
-
-class CostTracker:
-    """Running estimates of what :func:`best_gamma` needs, and the schedule that probes a draft it turned off.
-
-    Estimates: the acceptance rate (an exponential average of each step's accepted/proposed from an even
-    prior), the draft's cost per token and the verify forward's cost per width (ms; an unseen width takes
-    the nearest measured one). Cost samples go through :class:`~fastforward.core.pacing.Ema`, whose first
-    sample is provisional; the draft's first sample of each request and of each probe is provisional again,
-    because that step pays for the draft catching up on the context (a draft model prefills it), and one
-    provisional sample alone never turns the draft off.
-
-    When no draft length pays (a draft that is slow or rarely right on this machine and text) it returns 0
-    and the step is plain AR. While off, the draft is probed as :class:`~fastforward.core.pacing.StepGate`
-    probes a parallel step: a burst of ``burst`` drafted steps after ``backoff * burst * cost ratio`` AR
-    steps, whose acceptance replaces the estimate and whose cost is measured afresh; a probe that still
-    loses doubles the back-off (up to ``max_backoff``), one that wins turns the draft back on. A draft that
-    never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
-    comes back within one back-off.
-    """
-
-    PRIOR = 0.5
-
-    def __init__(
-        self, decay: float = 0.7, burst: int = 3, min_backoff: int = 8, max_backoff: int = 64
-    ) -> None:
-        self.decay, self.burst, self.min_backoff, self.max_backoff = decay, burst, min_backoff, max_backoff
-        self.alpha = self.PRIOR
-        self.draft_ms = Ema(decay)  # per draft token
-        self.verify_ms: dict[int, Ema] = {}  # per width (tokens fed)
-        self.backoff, self.wait = min_backoff, 0  # wait: AR steps since the last drafted one
-        self.off_steps = self.probes = 0
-        self.gamma_max = 1
-        self._left, self._sum = 0, [0, 0]  # drafted steps left in a probe; its (proposed, accepted)
-        self._cold = False  # the next drafted step pays the draft's catch-up: its cost sample is provisional
-        self._at_begin = (0, 0)
-
-    def begin(self) -> CostTracker:
-        """Start a request: estimates and back-off carry over (this machine's costs; a workload's text moves
-        less between its requests than relearning would cost, and a draft that is off is not even prefilled),
-        the draft's next cost sample is provisional (it re-reads the prompt), :meth:`extras` counts from here."""
-        self._at_begin = (self.off_steps, self.probes)
-        self._cold = True
-        return self
-
-    def reopen(self) -> None:
-        """Forget every estimate (a warm-up's must not decide the measured run)."""
-        self.__init__(self.decay, self.burst, self.min_backoff, self.max_backoff)
-
-    def verify_cost(self, k: int) -> float:
-        known = {w: e.value for w, e in self.verify_ms.items() if e.value is not None}
-        nearest = min(known, key=lambda w: (abs(w - k), w))
-        return known[nearest]
-
-    def _best(self, gamma_min: int) -> int:
-        assert self.draft_ms.value is not None
-        alpha = min(self.alpha, 0.99)
-        return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
-
-    def gamma(self, current: int, gamma_max: int) -> int:
-        """This step's draft length (0: a plain AR step)."""
-        self.gamma_max = gamma_max
-        if self.draft_ms.value is None or not self.verify_ms:
-            return current  # nothing measured yet: the configured gamma
-        if self._left > 0 or self.draft_ms.count < 2:
-            return self._best(1)  # inside a probe, or one cold draft sample only: keep drafting
-        g = self._best(0)
-        if g > 0:
-            return g
-        g1 = self._best(1)
-        ratio = max(1.0, (g1 * self.draft_ms.value + self.verify_cost(g1 + 1)) / self.verify_cost(1))
-        if self.wait >= self.backoff * self.burst * ratio:
-            self._left, self._sum = self.burst, [0, 0]  # a probe
-            self.probes += 1
-            self._cold = True  # its first step pays the draft's catch-up over the AR stretch
-            return g1
-        return 0
-
-    def observe(self, proposed: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
-        """Record a step: draft tokens proposed and accepted, and the draft's and the verify's wall time."""
-        self.verify_ms.setdefault(proposed + 1, Ema(self.decay)).add(verify_ms)
-        if not proposed:  # an AR step (draft off, or it found nothing): nothing learned about the draft
-            self.wait += 1
-            self.off_steps += 1
-            return
-        self.wait = 0
-        if self._cold:
-            self.draft_ms.demote()
-            self._cold = False
-        self.draft_ms.add(draft_ms / proposed)
-        if self._left <= 0:  # drafting: a running average
-            self.alpha = self.decay * self.alpha + (1 - self.decay) * accepted / proposed
-            return
-        self._sum = [self._sum[0] + proposed, self._sum[1] + accepted]
-        self._left -= 1
-        if self._left == 0:  # a probe ends: its rate replaces the estimate (the text has moved on)
-            self.alpha = self._sum[1] / self._sum[0]
-            won = self._best(0) > 0
-            self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
-
-    def extras(self) -> dict[str, int]:
-        """This request's AR steps (draft off or empty) and probes of a draft that was off."""
-        return {
-            "gamma_auto_ar_steps": self.off_steps - self._at_begin[0],
-            "gamma_auto_probes": self.probes - self._at_begin[1],
-        }
 
 
 @dataclass(frozen=True)
@@ -205,7 +77,7 @@ class SpeculativeDecoder(ProposerDecoder):
         # gamma_auto's estimates, kept across requests: the costs are this machine's, and the acceptance
         # rate of a workload moves less between its requests than relearning it each time would cost
         # (a draft that does not pay here is not even prefilled on the next request)
-        self.costs = CostTracker()
+        self.costs = CostTracker(spec.gamma)
 
     def reopen_estimates(self) -> None:
         self.costs.reopen()
@@ -257,9 +129,9 @@ class SpecProposer(Proposer):
         drafter = d.drafter if self.solo else d.drafter.fresh()
         drafter.reset()
         # a schedule from measured times: only alone in the forward, and never under a seed (it must reproduce)
-        timed = spec.gamma_auto and follows_times(self.solo, row.run.config.sampling)
-        costs = d.costs.begin() if timed else None
-        gamma = costs.gamma(spec.gamma, spec.gamma_max) if costs is not None else spec.gamma
+        shared = d.costs if spec.gamma_auto else None
+        costs = row_policy(self.solo, row.run.config.sampling, shared, lambda: None)
+        gamma = costs.choose(spec.gamma_max) if costs is not None else spec.gamma
         row.state = _SpecRow(drafter, costs, gamma)
 
     def propose(self, rows: Sequence[Row]) -> list[Draft]:
@@ -293,8 +165,8 @@ class SpecProposer(Proposer):
             if spec.adaptive:
                 st.gamma = next_gamma(st.gamma, proposed, accepted, 1, spec.gamma_max)
             elif st.costs is not None:
-                st.costs.observe(proposed, accepted, st.draft_ms, out.verify_ms)
-                st.gamma = st.costs.gamma(st.gamma, spec.gamma_max)
+                st.costs.observe(StepCost(proposed, accepted, st.draft_ms, out.verify_ms))
+                st.gamma = st.costs.choose(spec.gamma_max)
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         st: _SpecRow | None = row.state
