@@ -314,6 +314,18 @@ def test_cost_tracker_learns_acceptance_and_costs_within_a_request():
     assert t.verify_cost(9) == t.verify_ms[5].value  # nearest measured width
 
 
+def test_a_stale_slow_ar_step_does_not_keep_a_losing_draft_on():
+    """The 1-token width is measured only while the draft is off: one slow AR step (a busy moment) must
+    not make a 2-token verify look cheaper than a 1-token one, and so a rarely right draft look paying."""
+    t = CostTracker().begin()
+    t.record(proposed=0, accepted=0, draft_ms=0.0, verify_ms=25.0)
+    t.record(proposed=0, accepted=0, draft_ms=0.0, verify_ms=90.0)  # the last AR step before a probe: slow
+    for _ in range(12):  # drafting: 14 ms a draft token, 25 ms a 2-token verify, 16% accepted
+        t.record(proposed=1, accepted=int(_ % 6 == 0), draft_ms=14.0, verify_ms=25.0)
+    assert t.verify_cost(1) <= t.verify_cost(2) == pytest.approx(25.0)
+    assert t.gamma(1, 12) == 0  # 1.16 tokens in 39 ms lose to 1 token in 25 ms
+
+
 # AVX2-only CPU, SmolLM2 fp32 prepacked: a forward over k tokens costs 66 ms x this (tests/test_kernels_costs.py)
 AVX2_REL = {1: 1.0, 4: 1.11, 8: 1.25, 16: 1.6}
 
