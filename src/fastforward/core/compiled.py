@@ -71,9 +71,10 @@ def bucket(k: int) -> int | None:
 
 def inductor_cache(root: str) -> None:
     """Keep inductor's compiled kernels and autotuning results under ``root`` (read by inductor at compile
-    time), so a second process reuses them; a ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept. (Graphs with
-    frozen weights bypass inductor's FX graph cache in torch 2.13, so a second process still lowers every
-    bucket again: about two thirds of the first compile.)"""
+    time), so a second process reuses them; a ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept. (Our graphs
+    bypass inductor's FX graph cache in torch 2.13: freezing prepacks the weights into mkldnn tensors, which
+    inductor cannot pickle; a second process still lowers every bucket again, ~55 s of a first compile's
+    ~80 s on a 2-core CPU. Settings that do cache run at eager speed: results/compile_startup.)"""
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     try:  # torch writes its default into the environment on first use: that one is not the user's choice
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
