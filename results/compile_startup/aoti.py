@@ -50,7 +50,7 @@ def inputs(n_cached=200):
 
 
 out = {}
-pkg = f"/tmp/exp/step{K}.pt2"
+pkg = f"/tmp/fastforward_aoti_step{K}.pt2"  # about 1 GB
 step = Step(model).eval()
 ids, pos, mask, where, kv = inputs()
 with torch.inference_mode():
