@@ -302,15 +302,15 @@ def test_expected_tokens_and_best_gamma_follow_the_cost_model():
 
 def test_cost_tracker_learns_acceptance_and_costs_within_a_request():
     t = CostTracker().begin()
-    assert t.gamma(5, 12) == 5  # nothing measured yet: keep the configured gamma
+    assert t.choose(12) == 5  # nothing measured yet: keep the configured gamma
     for _ in range(10):
         t.record(proposed=4, accepted=0, draft_ms=40.0, verify_ms=10.0)  # 10 ms a draft token, all rejected
     assert t.alpha < 0.05 and t.draft_ms.value == pytest.approx(10.0)
-    assert t.gamma(5, 12) == 0  # no draft length pays: a plain AR step
+    assert t.choose(12) == 0  # no draft length pays: a plain AR step
     t = CostTracker().begin()  # a cheap draft that is always right
     for _ in range(10):
         t.record(proposed=4, accepted=4, draft_ms=0.4, verify_ms=10.0)
-    assert t.gamma(1, 12) > 4
+    assert t.choose(12) > 4
     assert t.verify_cost(9) == t.verify_ms[5].value  # nearest measured width
 
 
@@ -323,7 +323,7 @@ def test_a_stale_slow_ar_step_does_not_keep_a_losing_draft_on():
     for _ in range(12):  # drafting: 14 ms a draft token, 25 ms a 2-token verify, 16% accepted
         t.record(proposed=1, accepted=int(_ % 6 == 0), draft_ms=14.0, verify_ms=25.0)
     assert t.verify_cost(1) <= t.verify_cost(2) == pytest.approx(25.0)
-    assert t.gamma(1, 12) == 0  # 1.16 tokens in 39 ms lose to 1 token in 25 ms
+    assert t.choose(12) == 0  # 1.16 tokens in 39 ms lose to 1 token in 25 ms
 
 
 # AVX2-only CPU, SmolLM2 fp32 prepacked: a forward over k tokens costs 66 ms x this (tests/test_kernels_costs.py)
@@ -342,14 +342,14 @@ def _simulate(t: CostTracker, steps: int, draft_ms, accept, start: int = 0) -> l
     """Run ``steps`` steps of gamma_auto against the recorded curve: ``draft_ms(i)`` per draft token,
     ``accept(i)`` the share of a draft accepted at step i. Returns each step's draft length."""
     out = []
-    g = t.gamma(5, 12)
+    g = t.choose(12)
     for i in range(start, start + steps):
         if g > 0:
             t.record(g, int(accept(i) * g), g * draft_ms(i), _verify_ms(g + 1))
         else:
             t.record(0, 0, 0.0, _verify_ms(1))
         out.append(g)
-        g = t.gamma(g, 12)
+        g = t.choose(12)
     return out
 
 
@@ -367,7 +367,7 @@ def test_a_draft_that_stops_paying_is_switched_off_and_probed_with_back_off():
 def test_a_draft_that_starts_paying_again_comes_back():
     t = CostTracker().begin()
     _simulate(t, 300, lambda i: 2.0, lambda i: 0.0)  # never right: off
-    assert t.gamma(0, 12) == 0
+    assert t.choose(12) == 0
     back = _simulate(t, 600, lambda i: 2.0, lambda i: 1.0, start=300)  # repetitive text: every guess right
     assert all(g > 0 for g in back[-100:])  # found by a probe and kept on
     assert t.backoff == t.min_backoff
@@ -392,9 +392,9 @@ def test_a_draft_as_slow_as_the_target_costs_only_its_probes():
 def test_reopen_forgets_what_a_warm_up_measured():
     t = CostTracker().begin()
     _simulate(t, 50, lambda i: 66.0, lambda i: 0.0)
-    assert t.gamma(5, 12) == 0
+    assert t.choose(12) == 0
     t.reopen()
-    assert t.gamma(5, 12) == 5 and t.probes == 0
+    assert t.choose(12) == 5 and t.probes == 0
 
 
 def test_adaptive_and_gamma_auto_are_exclusive():

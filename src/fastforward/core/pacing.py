@@ -345,13 +345,9 @@ class CostTracker:
 
     def choose(self, limit: int) -> int:
         """This step's draft length, at most ``limit`` (0: a plain AR step)."""
-        return self.gamma(self.start, limit)
-
-    def gamma(self, current: int, gamma_max: int) -> int:
-        """This step's draft length (0: a plain AR step)."""
-        self.gamma_max = gamma_max
+        self.gamma_max = limit
         if self.draft_ms.value is None or not self.verify_ms:
-            return current  # nothing measured yet: the configured gamma
+            return self.start  # nothing measured yet: the configured gamma
         if self._left > 0 or self.draft_ms.count < 2:
             return self._best(1)  # inside a probe, or one cold draft sample only: keep drafting
         g = self._best(0)
