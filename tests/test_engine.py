@@ -145,9 +145,7 @@ def test_a_prompt_prefilled_in_chunks_equals_one_forward(model):
     prompt = PROMPT * 3  # 33 tokens: chunks of 7, 7, 7, 7, 5
     ref = full_logits(model, prompt + [9])
     with torch.inference_mode():
-        whole_cache, whole = prefill(
-            model, torch.tensor([prompt]), hidden=True, cache=SlotCache(64), chunk=512
-        )
+        _, whole = prefill(model, torch.tensor([prompt]), hidden=True, cache=SlotCache(64), chunk=512)
         cache, out = prefill(model, torch.tensor([prompt]), hidden=True, cache=SlotCache(64), chunk=7)
         assert cache_length(cache) == len(prompt)
         torch.testing.assert_close(out.logits[0, -1], ref[len(prompt) - 1], rtol=1e-4, atol=1e-4)

@@ -248,14 +248,14 @@ class ChimeraProposer(Proposer):
             if st.sizer is not None:
                 observe_ms = (time.perf_counter() - t0) * 1e3
                 cost = StepCost(
-                    fed - 1,
-                    len(path) - 1,
-                    st.propose_ms,
-                    out.verify_ms,
-                    observe_ms,
-                    fed,
-                    new,
-                    st.top_ids.tolist(),
+                    guesses=fed - 1,
+                    accepted=len(path) - 1,
+                    propose_ms=st.propose_ms,
+                    verify_ms=out.verify_ms,
+                    observe_ms=observe_ms,
+                    width=fed,
+                    tokens=new,
+                    candidates=st.top_ids.tolist(),
                 )
                 st.sizer.observe(cost)
 

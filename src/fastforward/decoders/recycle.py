@@ -266,25 +266,19 @@ class RecycleProposer(Proposer):
                 st["ar"] += 1
             if sizer is None or row.run.done:
                 continue
-            if sizer.timed:  # alone in the forward: the step's times are this row's costs
-                propose_ms = out.propose_ms if d.tokens else sizer.head_ms * len(seen)  # AR drafted nothing
-                observe_ms = (time.perf_counter() - t0) * 1e3
-                sizer.observe(
-                    StepCost(
-                        len(d.tokens),
-                        len(path) - 1,
-                        propose_ms,
-                        out.verify_ms,
-                        observe_ms,
-                        len(fed),
-                        new,
-                        seen,
-                    )
-                )
-            else:
-                sizer.observe(
-                    StepCost(len(d.tokens), len(path) - 1, width=len(fed), tokens=new, candidates=seen)
-                )
+            # the step's times (an untimed sizer, in a batch or under a seed, reads only the tokens)
+            propose_ms = out.propose_ms if d.tokens else sizer.head_ms * len(seen)  # AR drafted nothing
+            cost = StepCost(
+                guesses=len(d.tokens),
+                accepted=len(path) - 1,
+                propose_ms=propose_ms,
+                verify_ms=out.verify_ms,
+                observe_ms=(time.perf_counter() - t0) * 1e3,
+                width=len(fed),
+                tokens=new,
+                candidates=seen,
+            )
+            sizer.observe(cost)
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         st = row.state or {}

@@ -130,7 +130,7 @@ class SpecProposer(Proposer):
         drafter.reset()
         # a schedule from measured times: only alone in the forward, and never under a seed (it must reproduce)
         shared = d.costs if spec.gamma_auto else None
-        costs = row_policy(self.solo, row.run.config.sampling, shared, lambda: None)
+        costs = row_policy(self.solo, row.run.config.sampling, shared, lambda: None)  # None: the fixed gamma
         gamma = costs.choose(spec.gamma_max) if costs is not None else spec.gamma
         row.state = _SpecRow(drafter, costs, gamma)
 
