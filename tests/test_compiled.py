@@ -210,3 +210,57 @@ def test_a_batch_of_one_runs_the_compiled_forward_and_gives_it_back(pair) -> Non
     assert [r.result.stats.extras["forward"] for r in reqs] == ["compiled", "compiled"]
     assert compiled(fast.model).acquire() is not None  # free again
     compiled(fast.model).release()
+
+
+def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path) -> None:
+    """With a store (``--compile on`` on a CPU) every bucket a request uses becomes an AOTInductor package
+    on disk; a second compiled forward over the same weights (as a later process has) loads those packages
+    and builds nothing, and both give eager AR's tokens through the padded buckets."""
+    eager = make_tiny("llama", vocab=96, seed=SEED)
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(24)).tokens
+    runs = []
+    for _ in range(2):
+        fast = make_tiny("llama", vocab=96, seed=SEED)
+        runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+        out = build_decoder("pld", fast).generate(PROMPT, greedy_config(24))
+        assert out.tokens == ref and out.stats.extras["forward"] == "compiled" and runner.failed is None
+        runs.append(runner.startup)
+    built, loaded = runs
+    assert len(built) > 1 and all("built_s" in t for t in built.values())  # several buckets, each built once
+    assert loaded.keys() == built.keys() and not any("built_s" in t for t in loaded.values())
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert sorted(p.name for p in folder.glob("*.pt2")) == sorted(f"{name}.pt2" for name in built)
+
+
+def test_a_package_is_never_loaded_for_other_weights_or_another_dtype() -> None:
+    from fastforward.core.aot import fingerprint
+
+    a, b = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    assert fingerprint(a.model) == fingerprint(b.model)
+    with torch.no_grad():
+        next(b.model.parameters())[0, 0] += 1e-3  # one trained weight
+    assert fingerprint(a.model) != fingerprint(b.model)
+    assert fingerprint(a.model) != fingerprint(a.model.to(torch.bfloat16))
+    assert fingerprint(make_tiny("qwen2", vocab=96, seed=SEED).model) != fingerprint(a.model)
+
+
+def test_a_package_that_fails_to_build_falls_back_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    import fastforward.core.aot as aot
+
+    def fail(*_args, **_kwargs):
+        raise RuntimeError("C++ compile error: no compiler\nlong trace")
+
+    monkeypatch.setattr(aot, "build", fail)
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    out = build_decoder("ar", fast).generate(PROMPT, greedy_config(10))
+    assert out.tokens == build_decoder("ar", eager).generate(PROMPT, greedy_config(10)).tokens
+    assert (
+        out.stats.extras["forward"]
+        == "eager (compiling failed: RuntimeError: C++ compile error: no compiler)"
+    )
+    assert [ln for ln in capsys.readouterr().err.splitlines() if "compiling failed" in ln] == [
+        "[fastforward] --compile: compiling failed (RuntimeError: C++ compile error: no compiler); "
+        "decoding eagerly instead"
+    ]
+    assert not list(tmp_path.rglob("*.pt2"))  # nothing half-written is left to load later

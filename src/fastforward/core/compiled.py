@@ -18,15 +18,20 @@ How: a compiled graph needs fixed shapes, so
 - the attention mask always spans the whole capacity (slots past a row's length are hidden).
 
 The prompt's prefill runs the same model eagerly over the same cache (one forward per request, any
-length). Graphs are compiled on first use of a bucket (minutes on 2 cores) and inductor's caches live in
-the fastforward cache directory, so later processes reuse them.
+length). Graphs are compiled on first use of a bucket (minutes on 2 cores). With a ``store`` (what
+``--compile on`` gives on a CPU) each graph is an AOTInductor package on disk (:mod:`fastforward.core.aot`),
+so the next process loads it in seconds instead of compiling again; without one (CUDA graphs, the quick
+test mode) ``torch.compile`` compiles in process and inductor's caches live in the fastforward cache
+directory.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -153,6 +158,7 @@ class CompiledForward:
         step: ModelCall,
         capacity: int = DEFAULT_CAPACITY,
         mode: str | None = "max-autotune",
+        store: Path | None = None,
     ):
         import torch._dynamo
         import torch._inductor.config as inductor_config
@@ -174,6 +180,12 @@ class CompiledForward:
         self._lock = threading.Lock()
         self.graphs = mode == "reduce-overhead"  # CUDA graphs per bucket
         self._fn: Callable[..., Any] = torch.compile(self._forward, dynamic=False, mode=mode)
+        # AOTInductor packages on disk (CPU): built once per key, loaded by every later process
+        self.store = None if store is None or self.graphs else Path(store)
+        self._autotune = mode == "max-autotune"
+        self._fingerprint: str | None = None
+        self._packages: dict[tuple[int, bool, int], Callable[..., Any]] = {}
+        self.startup: dict[str, dict[str, float]] = {}  # package name -> {"built_s"/"loaded_s": seconds}
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
         out = self._step(self.model, ids, pos, mask, self.cache, hidden=hidden)
@@ -203,14 +215,17 @@ class CompiledForward:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.failed is None:
             key = (int(ids.shape[1]), hidden, self.cache.capacity)
-            if key not in self._seen:
+            if key not in self._seen and self.store is None:
                 self._seen.add(key)
                 log(
                     f"--compile: compiling the {key[0]}-token forward{' (with hidden states)' * hidden} over "
                     f"{key[2]} cache slots (first use)"
                 )
             try:
-                logits, states = self._fn(ids, pos, mask, hidden)
+                if self.store is not None:
+                    logits, states = self._packaged(key, ids, pos, mask)
+                else:
+                    logits, states = self._fn(ids, pos, mask, hidden)
                 self.used.add(int(ids.shape[1]))
                 if self.graphs:  # a CUDA graph's outputs are overwritten by its next replay: keep copies
                     logits, states = logits.clone(), None if states is None else states.clone()
@@ -220,6 +235,38 @@ class CompiledForward:
                 self.failed = f"{type(e).__name__}: {first[:160]}"
                 log(f"--compile: compiling failed ({self.failed}); decoding eagerly instead")
         return self._forward(ids, pos, mask, hidden)  # the same slots are written again: nothing is lost
+
+    def _packaged(
+        self, key: tuple[int, bool, int], ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The forward through the key's AOTInductor package: loaded on first use, built first if the store
+        has none (:mod:`fastforward.core.aot`)."""
+        from fastforward.core import aot
+
+        kv = aot.cache_buffers(self.cache)
+        run = self._packages.get(key)
+        if run is None:
+            assert self.store is not None
+            if self._fingerprint is None:
+                self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads)
+                aot.describe(self.store, self._fingerprint, self.model)
+            k, hidden, size = key
+            name = aot.package_name(k, hidden, size)
+            path = self.store / self._fingerprint / name
+            what = f"the {k}-token forward{' (with hidden states)' * hidden} over {size} cache slots"
+            times = self.startup.setdefault(name.removesuffix(".pt2"), {})
+            if not path.exists():
+                log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
+                t0 = time.perf_counter()
+                aot.build(self.model, self._step, (ids, pos, mask, self.cache.slots.where, *kv), hidden, path,
+                          self._autotune)  # fmt: skip
+                times["built_s"] = round(time.perf_counter() - t0, 2)
+            t0 = time.perf_counter()
+            run = self._packages[key] = aot.load(path)
+            times["loaded_s"] = round(time.perf_counter() - t0, 2)
+            log(f"--compile: {what} loaded from {path.parent} in {times['loaded_s']:.1f} s")
+        outs = run(ids, pos, mask, self.cache.slots.where, *kv)
+        return outs[0], (outs[1] if key[1] else None)
 
     def eager(
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool = False

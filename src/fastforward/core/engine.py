@@ -41,6 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -211,12 +212,16 @@ def model_call(
 
 
 def compile_forward(
-    model: torch.nn.Module, capacity: int = DEFAULT_CAPACITY, mode: str | None = "max-autotune"
+    model: torch.nn.Module,
+    capacity: int = DEFAULT_CAPACITY,
+    mode: str | None = "max-autotune",
+    store: Path | None = None,
 ) -> CompiledForward:
     """Give ``model`` compiled decoding forwards (:mod:`fastforward.core.compiled`) over a fixed cache of
     ``capacity`` slots: a plain attribute read by :class:`ModelEngine`; the model itself is not changed and
-    nothing compiles until a width bucket is first used."""
-    runner = CompiledForward(model, model_call, capacity, mode)
+    nothing compiles until a width bucket is first used. ``store``: a directory where each compiled
+    forward is kept as an AOTInductor package (CPU), so later processes load it instead of compiling."""
+    runner = CompiledForward(model, model_call, capacity, mode, store)
     model.fastforward_compiled = runner
     return runner
 
