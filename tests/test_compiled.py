@@ -264,3 +264,17 @@ def test_a_package_that_fails_to_build_falls_back_in_one_line(tmp_path, monkeypa
         "decoding eagerly instead"
     ]
     assert not list(tmp_path.rglob("*.pt2"))  # nothing half-written is left to load later
+
+
+def test_ar_eager_is_the_eager_reference_beside_compiled_ar(pair) -> None:
+    """``ar_eager`` decodes the compiled model's weights without its compiled forward, so a ``--compile on``
+    bench times eager and compiled AR side by side; it joins ``all`` only where there is a compiled forward."""
+    from fastforward.decoders.registry import build_decoders
+
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(12)).tokens
+    decoders = build_decoders("all", fast, None, {})
+    assert "ar_eager" in decoders and "ar_eager" not in build_decoders("all", eager, None, {})
+    out = decoders["ar_eager"].generate(PROMPT, greedy_config(12))
+    assert out.tokens == ref and out.stats.extras["forward"] == "eager"
+    assert decoders["ar"].generate(PROMPT, greedy_config(12)).stats.extras["forward"] == "compiled"

@@ -33,7 +33,7 @@ QUANT_NOTE = (
 )
 
 MOSTLY_AR = 0.5  # a method whose decode forwards were at least this share plain AR steps gets the mark
-AR_LIKE = ("ar", "hf_generate", "llamacpp")
+AR_LIKE = ("ar", "ar_eager", "hf_generate", "llamacpp")
 MOSTLY_AR_NOTE = (
     "† mostly plain AR steps ({which}): on this machine and text the method's wide step did not pay (the step "
     "gate of jacobi/lookahead, gamma_auto of the speculative methods) or its drafter found nothing to "

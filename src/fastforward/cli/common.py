@@ -132,7 +132,7 @@ def resolve_dtype(args: argparse.Namespace) -> str:
     return dtype
 
 
-AR_LIKE = ("ar", "hf_generate")
+AR_LIKE = ("ar", "ar_eager", "hf_generate")
 
 
 def forward_width(args: argparse.Namespace) -> int:

@@ -181,6 +181,9 @@ class Decoder(abc.ABC):
     lossless: bool = True
     needs_draft: bool = False
     in_all: bool = True
+    # True: this decoder's forwards never use the model's compiled forward (the eager reference row
+    # ``ar_eager`` of a ``--compile on`` run, timed beside the compiled one on the same weights)
+    eager: bool = False
     # why this method cannot decode under a constraint (structured output); None: it can, every forward of
     # the target goes through the engine, which masks the logits
     unconstrained_why: str | None = None
@@ -246,7 +249,7 @@ class Decoder(abc.ABC):
         states. One engine per request, local to ``_generate`` as the KV cache always was, so concurrent
         requests on one decoder never share rows. Counts as a target forward when the caller commits its
         token."""
-        engine = ModelEngine(self.model)
+        engine = ModelEngine(self.model, use_compiled=not self.eager)
         # room for the prompt, the whole output and one wide step: the cache is never copied to grow
         capacity = prompt_ids.shape[1] + run.config.max_new_tokens
         with Timer(run.stats, "prefill_time_s"):

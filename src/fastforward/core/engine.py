@@ -311,8 +311,9 @@ class ModelEngine:
 
     name = "padded"
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, use_compiled: bool = True) -> None:
         self.model = model
+        self.use_compiled = use_compiled  # False: eager even when the model has a compiled forward
         self.cache: SlotCache | FixedCache | None = None
         self.lengths: list[int] = []
         self._start = 0
@@ -334,7 +335,7 @@ class ModelEngine:
         the row goes into the smallest fixed cache that holds it and the widest bucket instead, when one does
         and nobody else holds the compiled forward; :attr:`ran` says which."""
         self.reset()
-        runner = compiled(self.model)
+        runner = compiled(self.model) if self.use_compiled else None
         if runner is not None:
             need = max(capacity, ids.shape[1]) + BUCKETS[-1]
             if need > runner.capacity:

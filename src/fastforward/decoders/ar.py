@@ -37,8 +37,14 @@ class ARDecoder(ProposerDecoder):
 
 
 def build(name: str, target, draft, options: dict) -> ARDecoder:
+    """``ar``, or ``ar_eager``: the same AR kept off the compiled forward, which is the eager reference of a
+    ``--compile on`` run (:func:`fastforward.decoders.registry.build_decoders` adds it to ``all`` only
+    there; without a compiled forward it would repeat ``ar``)."""
     build_config(AROptions, options, name)
-    return ARDecoder(target.model)
+    dec = ARDecoder(target.model)
+    if name == "ar_eager":
+        dec.name, dec.eager, dec.in_all = name, True, False
+    return dec
 
 
 OPTIONS = AROptions

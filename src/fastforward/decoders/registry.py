@@ -86,6 +86,14 @@ METHODS: dict[str, MethodSpec] = {
             "autoregressive baseline (greedy or sampling); every speedup is relative to it",
             lossless="reference",
         ),  # fmt: skip
+        MethodSpec(
+            "ar_eager",
+            "ar",
+            "AR without the compiled forward: the eager reference beside compiled AR in a --compile on run "
+            "(`all` adds it there)",
+            lossless="reference",
+            in_all=False,
+        ),
         MethodSpec("hf_generate", "hf_generate", "transformers generate(), the peer baseline"),
         MethodSpec(
             "hf_assisted", "hf_generate", "transformers assisted generation with --draft", needs=DRAFT
@@ -407,4 +415,7 @@ def build_decoders(
             raise
         if text.strip() != "all" or label == BASELINE or (dec.in_all and dec.lossless):
             out[label] = dec
+    if text.strip() == "all" and getattr(target.model, "fastforward_compiled", None) is not None:
+        # a compiled run's `all` times eager AR too, right after the compiled AR every row is divided by
+        out = {BASELINE: out.pop(BASELINE), "ar_eager": build_decoder("ar_eager", target), **out}
     return out
