@@ -62,6 +62,8 @@ def _fmt(x: Any, spec: str) -> str:
 def _lossless(value: bool | None, name: str, quantized: bool = False) -> str:
     if name == "ar":
         return "reference"
+    if name == "ar_eager":
+        return "reference (eager)"
     yes = "yes with full weights (bf16-class here)" if quantized else "yes (exact in fp32 tests)"
     return {True: yes, False: "**no (lossy)**", None: "-"}[value]
 
