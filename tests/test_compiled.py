@@ -164,13 +164,16 @@ def test_compile_failure_falls_back_in_one_line(capsys) -> None:
 
 @pytest.mark.slow
 def test_compiled_smollm2_equals_eager_ar(smollm2, real_prompts) -> None:
-    """Real SmolLM2 through the max-autotune graphs (minutes to compile on 2 cores; cached on disk): AR and
-    the lossless methods with their default schedules equal eager greedy AR."""
+    """Real SmolLM2 through the max-autotune graphs, as ``--compile on`` builds them on a CPU: AOTInductor
+    packages in the cache directory (minutes to build on 2 cores the first time, loaded after): AR and the
+    lossless methods with their default schedules equal eager greedy AR."""
+    from fastforward.models.cache import cache_root
+
     ref = {
         i: build_decoder("ar", smollm2).generate(p, greedy_config(32)).tokens
         for i, p in enumerate(real_prompts[:2])
     }
-    runner = compile_forward(smollm2.model, capacity=1024)
+    runner = compile_forward(smollm2.model, capacity=1024, store=cache_root() / "compiled")
     try:
         for method in ("ar", "pld", "lookahead", "jacobi"):
             for i, p in enumerate(real_prompts[:2]):

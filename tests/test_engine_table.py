@@ -57,3 +57,18 @@ def test_quantized_weights_are_compared_with_llamacpp_at_their_own_precision() -
     assert all(r["identical_to_ar_fp32"] is None for r in runs.values())  # bf16 activations: no fp32 check
     int4 = bench_runs({**BENCH, "weights": "int4"}, ar)
     assert all(r["ratio_vs_llamacpp_ar_same_precision"] is None for r in int4)  # no Q4_1 row measured
+
+
+def test_a_llamacpp_row_timed_in_the_same_run_is_the_reference() -> None:
+    """A bench with ``--llamacpp`` timed llama.cpp on its own prompts: ratios are against that row, which is
+    engine llamacpp with no token-level comparison; ``ar_eager`` is the eager engine inside a compiled run."""
+    ar, _ = llamacpp_rows(LLAMA)
+    methods = {
+        **BENCH["methods"],
+        "ar_eager": {"tokens_per_s": 12.0, "mean_accepted_tokens": 1.0, "identical_to_ar": 1.0},
+        "llamacpp": {"tokens_per_s": 40.0, "mean_accepted_tokens": 1.0, "identical_to_ar": 0.0},
+    }
+    runs = {r["method"]: r for r in bench_runs({**BENCH, "methods": methods}, ar)}
+    assert runs["ar"]["ratio_vs_llamacpp_ar_same_precision"] == 0.75  # 30 / 40, not 30 / llama-bench's 25
+    assert runs["llamacpp"]["engine"] == "llamacpp" and runs["llamacpp"]["identical_to_ar_fp32"] is None
+    assert runs["ar_eager"]["engine"] == "eager" and runs["ar"]["engine"] == "compiled"

@@ -49,10 +49,26 @@ def llamacpp_rows(lines: list[dict[str, Any]]) -> tuple[dict[str, float], dict[s
     return ar, curves
 
 
+def _isa(bench: dict[str, Any]) -> str | None:
+    """The bench's ISA, marked when it ran under a cap (``ONEDNN_MAX_CPU_ISA``/``ATEN_CPU_CAPABILITY``: the
+    hardware line says so), so a capped AVX-512 CPU never reads as an AVX2-only one."""
+    isa = bench.get("isa")
+    return f"{isa} (capped)" if isa and "capped" in str(bench.get("hardware", "")) else isa
+
+
+def _engine(method: str, engine: str) -> str:
+    """What ran a bench row: transformers' ``generate()`` and ``ar_eager`` are eager whatever the run's
+    engine; the ``llamacpp`` row is llama.cpp."""
+    if method == "llamacpp":
+        return "llamacpp"
+    return "eager" if method.startswith("hf_") or method == "ar_eager" else engine
+
+
 def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dict[str, Any]]:
     """One flat record per method of a bench file. ``speedup_vs_compiled_ar`` only where the file's own
     AR ran compiled (same run); ``ratio_vs_llamacpp_ar_same_precision`` against llama.cpp's AR at the
-    precision of the file's weights (fp32 against F32)."""
+    precision of the file's weights (fp32 against F32): its ``llamacpp`` row when the bench timed one (same
+    run, prompts and token limit), else llama-bench's tg64."""
     engine = bench.get("engine", "eager")
     methods = bench["methods"]
     ar = methods["ar"]["tokens_per_s"]
@@ -63,27 +79,29 @@ def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dic
         else {"float32": "fp32", "bfloat16": "bf16"}.get(bench["dtype"], bench["dtype"])
     )
     ref = next((v for t, v in llamacpp_ar.items() if LLAMA_TYPES.get(t, ("", ""))[1] == weights), None)
+    if "llamacpp" in methods:  # timed in this run on these prompts: the fairer reference
+        ref = methods["llamacpp"]["tokens_per_s"]
     out = []
     for name, m in methods.items():
-        peer = name.startswith("hf_")  # transformers' own generate(): eager, whatever our engine
         tps = m["tokens_per_s"]
         out.append(
             {
                 "model": bench["model"],
                 "dtype": bench["dtype"],
                 "weights": weights,
-                "engine": "eager" if peer else engine,
+                "engine": _engine(name, engine),
                 "method": name,
                 "dataset": bench["dataset"],
                 "tokens_per_s": round(tps, 2),
                 "speedup_vs_compiled_ar": round(tps / ar, 3) if engine == "compiled" else None,
                 "ratio_vs_llamacpp_ar_same_precision": round(tps / ref, 3) if ref else None,
                 "tokens_per_forward": round(m["mean_accepted_tokens"], 3),
-                # int8/int4 kernels take bf16 activations: their agreement is no fp32 exactness check
+                # int8/int4 kernels take bf16 activations: their agreement is no fp32 exactness check; llama.cpp's
+                # text re-tokenized by us is no token-level comparison at all
                 "identical_to_ar_fp32": m["identical_to_ar"]
-                if bench["dtype"] == "float32" and quantized == "full"
+                if bench["dtype"] == "float32" and quantized == "full" and name != "llamacpp"
                 else None,
-                "isa": bench.get("isa"),
+                "isa": _isa(bench),
             }
         )
     return out
@@ -96,7 +114,7 @@ def run_details(bench: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "method": name,
             "dataset": bench["dataset"],
-            "engine": "eager" if name.startswith("hf_") else bench.get("engine", "eager"),
+            "engine": _engine(name, bench.get("engine", "eager")),
             "ar_step_share": m.get("ar_step_share"),
             "revision": bench.get("revision"),
             "command": bench.get("command"),

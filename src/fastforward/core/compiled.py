@@ -6,7 +6,7 @@ reads 0.54 GB of weights per token, ~25 ms at this class of machine's bandwidth,
 the elementwise ops the rest). inductor with weight freezing and ``max-autotune`` emits its own CPU GEMM
 micro-kernels for each weight shape, fuses the norms, rotary and activations, and removes the dispatch:
 measured on an AVX2-only EPYC: 34.8 ms per 1-token engine forward against 63.3 eager (200 cached
-tokens, fixed 1024-slot cache; results/engine.json).
+tokens, fixed 1024-slot cache; results/engine_s23.json).
 
 How: a compiled graph needs fixed shapes, so
 
