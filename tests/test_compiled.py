@@ -9,6 +9,8 @@ the max-autotune kernels on real SmolLM2 are checked in the slow set."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -167,13 +169,13 @@ def test_compiled_smollm2_equals_eager_ar(smollm2, real_prompts) -> None:
     """Real SmolLM2 through the max-autotune graphs, as ``--compile on`` builds them on a CPU: AOTInductor
     packages in the cache directory (minutes to build on 2 cores the first time, loaded after): AR and the
     lossless methods with their default schedules equal eager greedy AR."""
-    from fastforward.models.cache import cache_root
+    from fastforward.models.cache import compiled_dir
 
     ref = {
         i: build_decoder("ar", smollm2).generate(p, greedy_config(32)).tokens
         for i, p in enumerate(real_prompts[:2])
     }
-    runner = compile_forward(smollm2.model, capacity=1024, store=cache_root() / "compiled")
+    runner = compile_forward(smollm2.model, capacity=1024, store=compiled_dir())
     try:
         for method in ("ar", "pld", "lookahead", "jacobi"):
             for i, p in enumerate(real_prompts[:2]):
@@ -215,24 +217,49 @@ def test_a_batch_of_one_runs_the_compiled_forward_and_gives_it_back(pair) -> Non
     compiled(fast.model).release()
 
 
-def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path) -> None:
+def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path, capsys) -> None:
     """With a store (``--compile on`` on a CPU) every bucket a request uses becomes an AOTInductor package
     on disk; a second compiled forward over the same weights (as a later process has) loads those packages
-    and builds nothing, and both give eager AR's tokens through the padded buckets."""
+    and builds nothing; a package that no longer loads (a truncated file) is built again, once. Every run
+    gives eager AR's tokens through the padded buckets."""
     eager = make_tiny("llama", vocab=96, seed=SEED)
     ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(24)).tokens
     runs = []
-    for _ in range(2):
+    for attempt in range(3):
+        if attempt == 2:  # a package cut short on disk
+            (one,) = tmp_path.glob("*/k1-s256.pt2")
+            one.write_bytes(one.read_bytes()[:1000])
         fast = make_tiny("llama", vocab=96, seed=SEED)
         runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
         out = build_decoder("pld", fast).generate(PROMPT, greedy_config(24))
         assert out.tokens == ref and out.stats.extras["forward"] == "compiled" and runner.failed is None
         runs.append(runner.startup)
-    built, loaded = runs
+    built, loaded, repaired = runs
     assert len(built) > 1 and all("built_s" in t for t in built.values())  # several buckets, each built once
     assert loaded.keys() == built.keys() and not any("built_s" in t for t in loaded.values())
+    assert [name for name, t in repaired.items() if "built_s" in t] == ["k1-s256"]
+    assert "does not load" in capsys.readouterr().err
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert sorted(p.name for p in folder.glob("*.pt2")) == sorted(f"{name}.pt2" for name in built)
+    assert sorted(p.name for p in folder.glob("k*.pt2")) == sorted(f"{name}.pt2" for name in built)
+
+
+def test_a_packaged_forward_gives_the_hidden_states_too(tmp_path) -> None:
+    """Chimera's forwards ask for the last layer's hidden states: the package built for them returns the
+    same logits and states as the eager forward over the same cache."""
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    got = []
+    with torch.inference_mode():
+        for lm in (eager, fast):
+            engine = ModelEngine(lm.model)
+            engine.start(torch.tensor([PROMPT]), hidden=True, capacity=64)
+            got.append(engine.forward([Block.chain([7, 8, 9])], hidden=True))
+            engine.close()
+    (ref, out) = got
+    assert runner.startup and all(name.startswith("k4-hidden") for name in runner.startup)
+    assert torch.allclose(out.logits[0], ref.logits[0], atol=1e-4)
+    assert out.hidden is not None and ref.hidden is not None
+    assert torch.allclose(out.hidden[0], ref.hidden[0], atol=1e-4)
 
 
 def test_a_package_is_never_loaded_for_other_weights_or_another_dtype() -> None:
@@ -240,33 +267,36 @@ def test_a_package_is_never_loaded_for_other_weights_or_another_dtype() -> None:
 
     a, b = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
     assert fingerprint(a.model) == fingerprint(b.model)
+    embed = b.model.get_input_embeddings().weight
     with torch.no_grad():
-        next(b.model.parameters())[0, 0] += 1e-3  # one trained weight
+        embed[70, 5] += 1e-3  # one weight, anywhere in the tensor
     assert fingerprint(a.model) != fingerprint(b.model)
+    assert fingerprint(a.model, True) != fingerprint(a.model, False)  # max-autotune or not
     assert fingerprint(a.model) != fingerprint(a.model.to(torch.bfloat16))
     assert fingerprint(make_tiny("qwen2", vocab=96, seed=SEED).model) != fingerprint(a.model)
 
 
-def test_a_package_that_fails_to_build_falls_back_in_one_line(tmp_path, monkeypatch, capsys) -> None:
-    import fastforward.core.aot as aot
+def test_a_package_that_fails_to_build_compiles_in_process_instead(tmp_path, monkeypatch, capsys) -> None:
+    """Exporting or compiling a package can fail where ``torch.compile`` in process does not (it needs the
+    forward as one graph): that bucket then compiles in process, said in one line, and no half-written
+    package is left to load later."""
 
-    def fail(*_args, **_kwargs):
+    def fail(program, package_path, **_kwargs):
+        Path(package_path).write_bytes(b"half a package")
         raise RuntimeError("C++ compile error: no compiler\nlong trace")
 
-    monkeypatch.setattr(aot, "build", fail)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", fail)
     eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
-    compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
     out = build_decoder("ar", fast).generate(PROMPT, greedy_config(10))
     assert out.tokens == build_decoder("ar", eager).generate(PROMPT, greedy_config(10)).tokens
-    assert (
-        out.stats.extras["forward"]
-        == "eager (compiling failed: RuntimeError: C++ compile error: no compiler)"
-    )
-    assert [ln for ln in capsys.readouterr().err.splitlines() if "compiling failed" in ln] == [
-        "[fastforward] --compile: compiling failed (RuntimeError: C++ compile error: no compiler); "
-        "decoding eagerly instead"
+    assert out.stats.extras["forward"] == "compiled" and runner.failed is None and not runner.startup
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "failed" in ln]
+    assert lines == [
+        "[fastforward] --compile: packaging the 1-token forward over 256 cache slots failed (RuntimeError: "
+        "C++ compile error: no compiler); compiling it in this process instead"
     ]
-    assert not list(tmp_path.rglob("*.pt2"))  # nothing half-written is left to load later
+    assert not list(tmp_path.rglob("*.pt2"))
 
 
 def test_ar_eager_is_the_eager_reference_beside_compiled_ar(pair) -> None:
@@ -281,3 +311,15 @@ def test_ar_eager_is_the_eager_reference_beside_compiled_ar(pair) -> None:
     out = decoders["ar_eager"].generate(PROMPT, greedy_config(12))
     assert out.tokens == ref and out.stats.extras["forward"] == "eager"
     assert decoders["ar"].generate(PROMPT, greedy_config(12)).stats.extras["forward"] == "compiled"
+
+
+def test_ar_eager_stays_eager_as_a_batch_of_one(pair) -> None:
+    """The server's and ``--batch-size 1``'s path: ``ar_eager`` rows stay off the compiled forward there too,
+    under their own name."""
+    from fastforward.core.batching import batched
+
+    eager, fast = pair
+    bd = batched(build_decoder("ar_eager", fast), max_batch_size=1)
+    (req,) = bd.generate_many([PROMPT], greedy_config(12))
+    assert req.result.tokens == build_decoder("ar", eager).generate(PROMPT, greedy_config(12)).tokens
+    assert req.result.stats.extras["forward"] == "eager" and bd.name == "ar_eager"

@@ -62,6 +62,11 @@ def limit_flags(flags: set[str], limit: str) -> set[str]:
     return {f for f in flags if not f.startswith(drop)}
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
+    return _cpuinfo()[0]
+
+
 def cpu_flags() -> set[str]:
     """The CPU's feature flags as this process may use them (empty where /proc/cpuinfo is not available):
     those the CPU reports, less what ``ONEDNN_MAX_CPU_ISA`` caps (:func:`limit_flags`)."""

@@ -132,7 +132,7 @@ def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: 
 
     from fastforward.core.compiled import compiled, inductor_cache
     from fastforward.core.engine import Block, ModelEngine, compile_forward, warm_buckets
-    from fastforward.models.cache import cache_root
+    from fastforward.models.cache import cache_root, compiled_dir
     from fastforward.models.loading import load_model
 
     inductor_cache(str(cache_root()))
@@ -157,7 +157,7 @@ def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: 
 
     eager = curve()
     lm = load_model(model_ref, "float32", path="default")
-    compile_forward(lm.model, store=cache_root() / "compiled")
+    compile_forward(lm.model, store=compiled_dir())
     t0 = time.perf_counter()
     per_bucket = {k: round(warm_buckets(lm.model, (k,)), 1) for k in widths}
     total = time.perf_counter() - t0

@@ -159,7 +159,11 @@ def resolve_path(args: argparse.Namespace) -> None:
         # stand in their way (SmolLM2 fp32 compiled AR, AVX-512: 54.9 tok/s from the default path, 46.2
         # from prepacked)
         args.path = "default"
-        log("--path auto: default (--compile on: the compiled graphs lay out the weights themselves)")
+        if args.dtype == "auto":  # the compiled engine is measured, and exact, in fp32; bf16 is not measured
+            args.dtype = "float32"
+        log(
+            f"--path auto: {args.dtype}/default (--compile on: the compiled graphs lay out the weights themselves)"
+        )
         return
     from fastforward.bench.costs import auto_config
 
@@ -213,7 +217,7 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
     (512 tokens), the answer and the widest bucket; a request that needs more runs eagerly and says so."""
     from fastforward.core.compiled import BUCKETS, inductor_cache
     from fastforward.core.engine import compile_forward
-    from fastforward.models.cache import cache_root
+    from fastforward.models.cache import cache_root, compiled_dir
 
     inductor_cache(str(cache_root()))
     capacity = 1 << (512 + max_new_tokens + BUCKETS[-1] - 1).bit_length()
@@ -222,7 +226,7 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
         compile_forward(target.model, capacity, mode="reduce-overhead")
         log(f"--compile on: one CUDA graph per width bucket on first use (fixed cache of {capacity} slots)")
         return
-    store = cache_root() / "compiled"
+    store = compiled_dir()
     compile_forward(target.model, capacity, mode="max-autotune", store=store)
     log(
         f"--compile on: decoding forwards compiled per width bucket on first use (fixed cache of {capacity} "

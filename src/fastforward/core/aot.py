@@ -20,17 +20,21 @@ temporary name and renamed when whole, so two processes building the same one ne
 
 Cost: each package holds its own copy of the laid-out weights, plus the embedding table the kernels
 gather from: 0.66 GB per bucket for SmolLM2-135M fp32 (0.54 GB of parameters), so a run that uses buckets
-1, 2, 4 and 8 keeps ~2.6 GB on disk. Deleting ``<store>`` only costs the next run its compile.
+1, 2, 4 and 8 keeps ~2.6 GB on disk, and each loaded package holds its copy in memory too (buckets do not
+share weights yet: a 1.5B model in fp32 would need ~7 GB per bucket). Deleting ``<store>`` only costs the
+next run its compile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,47 +42,97 @@ import torch
 
 from fastforward.core.cache import FixedCache, FixedLayer
 
-FORMAT = 1  # bump when Step's inputs or outputs change: older packages are then never loaded
-SAMPLE = 4096  # values hashed per weight tensor (strided over all of it)
+FORMAT = 2  # bump when Step's inputs or outputs change (the traced code's own source is hashed anyway)
+SAMPLE = 4096  # values hashed per weight tensor, at fixed pseudo-random positions over all of it
+# the code a package holds besides transformers' (whose version is hashed): a change to any of it rebuilds
+TRACED = (
+    "fastforward.core.aot",
+    "fastforward.core.cache",
+    "fastforward.core.compiled",
+    "fastforward.core.engine",
+)
 
 
-def _tensor_digest(h: Any, name: str, t: torch.Tensor) -> None:
-    """Feed ``h`` a tensor's name, shape, dtype and a strided sample of its values. A sample, not every
-    byte: hashing a 1.5B model whole takes seconds on every start, while any training or re-quantization
-    changes values throughout a tensor, which the strided sample sees."""
-    h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+def tensor_sample(t: torch.Tensor) -> bytes:
+    """A tensor's shape, dtype, the float64 sum of all its values and :data:`SAMPLE` of them at fixed
+    pseudo-random positions spread over all of it (all of them when it is smaller), as bytes. Not a hash of
+    every byte, which costs seconds per start for a 1.5B model: the sum (one pass at memory speed) moves
+    with any single changed weight, and the sample sees values moved without changing the sum."""
+    head = f"{tuple(t.shape)}:{t.dtype}:{t.layout}".encode()
+    if t.is_meta or t.is_quantized or t.layout != torch.strided or t.numel() == 0:
+        return head  # nothing readable to sample: the shape and type stand for it
     flat = t.detach().reshape(-1)
-    if flat.numel():
-        stride = max(1, flat.numel() // SAMPLE)
-        h.update(flat[::stride][:SAMPLE].contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    total = flat.sum(dtype=torch.float64 if flat.is_floating_point() else torch.int64)  # no widened copy
+    head += f":{total.item()!r}".encode()
+    if flat.numel() > SAMPLE:
+        gen = torch.Generator().manual_seed(flat.numel())
+        flat = flat[torch.randint(flat.numel(), (SAMPLE,), generator=gen, device="cpu").to(flat.device)]
+    data = flat.contiguous().cpu()
+    return head + data.view(torch.uint8).numpy().tobytes()
+
+
+def tensor_digest(t: torch.Tensor) -> str:
+    """:func:`tensor_sample`, hashed: what a module keeps of weights it no longer holds as a tensor of its
+    state dict (oneDNN-prepacked linears), so :func:`fingerprint` still tells two such models apart."""
+    return hashlib.sha256(tensor_sample(t)).hexdigest()
+
+
+def _code_digest() -> str:
+    """A hash of the source of :data:`TRACED`: the cache layers, attention and model call a package holds."""
+    import importlib
+    import inspect
+
+    h = hashlib.sha256()
+    for name in TRACED:
+        h.update(inspect.getsource(importlib.import_module(name)).encode())
+    return h.hexdigest()
 
 
 def fingerprint(model: torch.nn.Module, *extra: object) -> str:
     """A short hash naming everything a package's code and weights depend on: the model's class, config
-    (attention implementation included), weights (every state-dict tensor, sampled), their kernel path and
-    quantization, torch and transformers versions, the CPU ISA torch dispatches to (and any oneDNN cap),
-    the thread count the GEMMs were tuned for, this module's :data:`FORMAT`, and ``extra``."""
+    (attention implementation included), weights (every state-dict tensor, sampled, and the digests that
+    prepacked layers keep of theirs), kernel path, quantization and float32 head, the device, torch and
+    transformers versions, our traced code (:data:`TRACED`), the CPU (model name and the feature flags this
+    process may use: inductor compiles for the machine it runs on, so a package from another CPU of the
+    same torch capability could hold instructions this one lacks), the thread count the GEMMs were tuned
+    for, :data:`FORMAT`, and ``extra``. The model's path is left out: the same weights from another
+    directory load the same packages."""
     import transformers
+
+    from fastforward.hardware import cpu_flags, cpu_name
 
     h = hashlib.sha256()
     config = getattr(model, "config", None)
+    described = json.loads(config.to_json_string(use_diff=False)) if config is not None else {}
+    described.pop("_name_or_path", None)
+    param = next(model.parameters(), None)
     parts = [
         FORMAT,
         type(model).__qualname__,
-        config.to_json_string(use_diff=False) if config is not None else "",
+        described,
         getattr(config, "_attn_implementation", None),
         getattr(model, "fastforward_path", None),
         getattr(model, "fastforward_weights", None),
+        getattr(model, "fastforward_fp32_logits", None),
+        None if param is None else param.device.type,
         torch.__version__,
         transformers.__version__,
+        _code_digest(),
+        cpu_name(),
+        sorted(cpu_flags()),
         torch.backends.cpu.get_cpu_capability(),
         os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
         torch.get_num_threads(),
         *extra,
     ]
-    h.update(json.dumps(parts, default=str).encode())
+    h.update(json.dumps(parts, default=str, sort_keys=True).encode())
     for name, t in model.state_dict().items():
-        _tensor_digest(h, name, t)
+        h.update(name.encode())
+        h.update(tensor_sample(t) if isinstance(t, torch.Tensor) else repr(t).encode())
+    for name, module in model.named_modules():
+        digest = getattr(module, "weight_digest", None)
+        if digest is not None:
+            h.update(f"{name}:{digest}".encode())
     return h.hexdigest()[:16]
 
 
@@ -94,7 +148,7 @@ class Step(torch.nn.Module):
 
     def forward(
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, *kv: torch.Tensor
-    ):
+    ) -> tuple[torch.Tensor, ...]:
         cache = FixedCache(self.size)
         cache.slots.where = where
         for keys, values in zip(kv[0::2], kv[1::2], strict=True):
@@ -107,11 +161,13 @@ class Step(torch.nn.Module):
 
 
 def cache_buffers(cache: FixedCache) -> list[torch.Tensor]:
-    """The fixed cache's buffers in :class:`Step`'s order (every layer's keys, then its values)."""
+    """The fixed cache's buffers in :class:`Step`'s order: layer 0's keys, layer 0's values, layer 1's keys,
+    and so on."""
     return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
 def package_name(k: int, hidden: bool, size: int) -> str:
+    """The file name of the package for ``k`` fed tokens (with hidden states or not) over ``size`` slots."""
     return f"k{k}{'-hidden' if hidden else ''}-s{size}.pt2"
 
 
@@ -123,27 +179,53 @@ def build(
     path: Path,
     autotune: bool,
 ) -> None:
-    """Export and compile :class:`Step` for ``example``'s shapes into the package ``path`` (written whole
-    or not at all). ``autotune``: inductor's max-autotune GEMM templates (where the CPU speed comes from;
-    off for tiny test models, where it only costs time)."""
+    """Export and compile :class:`Step` for ``example``'s shapes into the package ``path``, written whole or
+    not at all (a temporary file, flushed, then renamed). Processes building the same package take turns
+    (a lock file beside it) and a later one finds it built. ``autotune``: inductor's max-autotune GEMM
+    templates (where the CPU speed comes from; off for tiny test models, where it only costs time)."""
     ids, pos, mask, where, *kv = example
     size = int(mask.shape[-1])
-    step = Step(model, call, size, hidden).eval()
-    with torch.no_grad():  # traced on copies: tracing never writes the live cache
-        program = torch.export.export(step, (ids, pos, mask, where, *[t.clone() for t in kv]), strict=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f".{path.stem}.{os.getpid()}.part.pt2")  # renamed to path when whole
+    with _exclusive(path.with_name(f".{path.name}.lock")):
+        if path.exists():  # another process built it while this one waited
+            return
+        step = Step(model, call, size, hidden).eval()
+        with torch.no_grad():  # traced on copies: tracing never writes the live cache
+            args = (ids, pos, mask, where, *[t.clone() for t in kv])
+            program = torch.export.export(step, args, strict=False)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.pt2")
+        os.close(fd)
+        part = Path(name)
+        try:
+            with warnings.catch_warnings():  # inductor's own deprecation notices are not the user's to act on
+                warnings.simplefilter("ignore", UserWarning)
+                torch._inductor.aoti_compile_and_package(
+                    program,
+                    package_path=str(part),
+                    inductor_configs={"freezing": True, "max_autotune": autotune},
+                )
+            with part.open("rb") as f:
+                os.fsync(f.fileno())
+            os.replace(part, path)
+        finally:
+            part.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (POSIX ``flock``; where there is none, no lock: a
+    duplicate build then only costs time, since the rename is atomic)."""
     try:
-        with warnings.catch_warnings():  # inductor's own deprecation notices are not the user's to act on
-            warnings.simplefilter("ignore", UserWarning)
-            torch._inductor.aoti_compile_and_package(
-                program,
-                package_path=str(part),
-                inductor_configs={"freezing": True, "max_autotune": autotune},
-            )
-        os.replace(part, path)
-    finally:
-        part.unlink(missing_ok=True)
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def load(path: Path) -> Callable[..., Any]:

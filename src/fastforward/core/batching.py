@@ -606,7 +606,12 @@ def batched(
     schedules) and each row is prefilled as batch 1 prefills it (into a compiled forward's fixed cache when
     the model has one)."""
     proposer = proposer_for(decoder, solo=max_batch_size == 1)  # one row at a time: its times are its own
-    return BatchDecoder(decoder.model, proposer, max_batch_size, token_budget, decoder.lossless, layout)
+    bd = BatchDecoder(decoder.model, proposer, max_batch_size, token_budget, decoder.lossless, layout)
+    if decoder.eager:  # ``ar_eager``: its rows stay off the compiled forward here too, under its own name
+        bd.name = bd.stats.method = decoder.name
+        if isinstance(bd.layout, ModelEngine):
+            bd.layout.use_compiled = False
+    return bd
 
 
 def proposer_for(decoder: Decoder, solo: bool = False) -> Proposer:

@@ -185,6 +185,7 @@ class CompiledForward:
         self._autotune = mode == "max-autotune"
         self._fingerprint: str | None = None
         self._packages: dict[tuple[int, bool, int], Callable[..., Any]] = {}
+        self._in_process: set[tuple[int, bool, int]] = set()  # keys whose package failed: torch.compile
         self.startup: dict[str, dict[str, float]] = {}  # package name -> {"built_s"/"loaded_s": seconds}
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
@@ -222,51 +223,79 @@ class CompiledForward:
                     f"{key[2]} cache slots (first use)"
                 )
             try:
-                if self.store is not None:
-                    logits, states = self._packaged(key, ids, pos, mask)
-                else:
-                    logits, states = self._fn(ids, pos, mask, hidden)
+                out = self._packaged(key, ids, pos, mask) if self.store is not None else None
+                logits, states = out if out is not None else self._fn(ids, pos, mask, hidden)
                 self.used.add(int(ids.shape[1]))
                 if self.graphs:  # a CUDA graph's outputs are overwritten by its next replay: keep copies
                     logits, states = logits.clone(), None if states is None else states.clone()
                 return logits, states
             except Exception as e:  # noqa: BLE001 - any compiler failure: say it once, decode eagerly
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                self.failed = f"{type(e).__name__}: {first[:160]}"
+                self.failed = _first_line(e)
                 log(f"--compile: compiling failed ({self.failed}); decoding eagerly instead")
         return self._forward(ids, pos, mask, hidden)  # the same slots are written again: nothing is lost
 
     def _packaged(
         self, key: tuple[int, bool, int], ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The forward through the key's AOTInductor package: loaded on first use, built first if the store
-        has none (:mod:`fastforward.core.aot`)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The forward through the key's AOTInductor package (:mod:`fastforward.core.aot`), or None when that
+        key cannot be packaged: it then compiles in this process, as without a store."""
         from fastforward.core import aot
 
-        kv = aot.cache_buffers(self.cache)
         run = self._packages.get(key)
         if run is None:
-            assert self.store is not None
-            if self._fingerprint is None:
-                self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads)
-                aot.describe(self.store, self._fingerprint, self.model)
-            k, hidden, size = key
-            name = aot.package_name(k, hidden, size)
-            path = self.store / self._fingerprint / name
-            what = f"the {k}-token forward{' (with hidden states)' * hidden} over {size} cache slots"
-            times = self.startup.setdefault(name.removesuffix(".pt2"), {})
-            if not path.exists():
-                log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
-                t0 = time.perf_counter()
-                aot.build(self.model, self._step, (ids, pos, mask, self.cache.slots.where, *kv), hidden, path,
-                          self._autotune)  # fmt: skip
-                times["built_s"] = round(time.perf_counter() - t0, 2)
-            t0 = time.perf_counter()
-            run = self._packages[key] = aot.load(path)
-            times["loaded_s"] = round(time.perf_counter() - t0, 2)
-            log(f"--compile: {what} loaded from {path.parent} in {times['loaded_s']:.1f} s")
-        outs = run(ids, pos, mask, self.cache.slots.where, *kv)
+            if key in self._in_process:
+                return None
+            run = self._package(key, ids, pos, mask)
+            if run is None:
+                self._in_process.add(key)
+                return None
+            self._packages[key] = run
+        outs = run(ids, pos, mask, self.cache.slots.where, *aot.cache_buffers(self.cache))
         return outs[0], (outs[1] if key[1] else None)
+
+    def _package(
+        self, key: tuple[int, bool, int], ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
+    ) -> Callable[..., Any] | None:
+        """The key's package, loaded; built first when the store has none, and built again once when the
+        one on disk does not load (a truncated or foreign file). None, said in one line, when exporting or
+        compiling it fails: ``torch.export`` needs the forward as one graph, which ``torch.compile`` in
+        process does not."""
+        from fastforward.core import aot
+
+        assert self.store is not None
+        k, hidden, size = key
+        what = f"the {k}-token forward{' (with hidden states)' * hidden} over {size} cache slots"
+        example = (ids, pos, mask, self.cache.slots.where, *aot.cache_buffers(self.cache))
+        times: dict[str, float] = {}
+        try:
+            if self._fingerprint is None:
+                self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads, self._autotune)
+                aot.describe(self.store, self._fingerprint, self.model)
+            path = self.store / self._fingerprint / aot.package_name(k, hidden, size)
+            for attempt in range(2):
+                if not path.exists():
+                    log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
+                    t0 = time.perf_counter()
+                    aot.build(self.model, self._step, example, hidden, path, self._autotune)
+                    times["built_s"] = round(time.perf_counter() - t0, 2)
+                t0 = time.perf_counter()
+                try:
+                    run = aot.load(path)
+                except Exception as e:  # noqa: BLE001 - a package that does not load is rebuilt once
+                    if attempt:
+                        raise
+                    log(f"--compile: {path} does not load ({_first_line(e)}); building it again")
+                    path.unlink(missing_ok=True)
+                    continue
+                times["loaded_s"] = round(time.perf_counter() - t0, 2)
+                log(f"--compile: {what} loaded from {path.parent} in {times['loaded_s']:.1f} s")
+                self.startup[path.stem] = times
+                return run
+        except Exception as e:  # noqa: BLE001 - any export/compile/load failure: say it once, go on
+            log(
+                f"--compile: packaging {what} failed ({_first_line(e)}); compiling it in this process instead"
+            )
+        return None
 
     def eager(
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool = False
@@ -278,6 +307,12 @@ class CompiledForward:
         """The prompt, eagerly, into the fixed cache: the model output with the last position's logits
         (and every position's hidden states when asked), as :func:`fastforward.core.engine.prefill` gives."""
         return self._step(self.model, ids, pos, mask, self.cache, hidden=hidden, keep=1)
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return f"{type(e).__name__}: {first[:160]}"
 
 
 def compiled(model: torch.nn.Module) -> CompiledForward | None:

@@ -415,7 +415,9 @@ def build_decoders(
             raise
         if text.strip() != "all" or label == BASELINE or (dec.in_all and dec.lossless):
             out[label] = dec
-    if text.strip() == "all" and getattr(target.model, "fastforward_compiled", None) is not None:
+    from fastforward.core.compiled import compiled
+
+    if text.strip() == "all" and compiled(target.model) is not None:
         # a compiled run's `all` times eager AR too, right after the compiled AR every row is divided by
         out = {BASELINE: out.pop(BASELINE), "ar_eager": build_decoder("ar_eager", target), **out}
     return out

@@ -23,6 +23,11 @@ def cache_root() -> Path:
     return Path(base) / "fastforward"
 
 
+def compiled_dir() -> Path:
+    """Where ``--compile on`` keeps its compiled forwards (AOTInductor packages, :mod:`fastforward.core.aot`)."""
+    return cache_root() / "compiled"
+
+
 def converted_dir(name: str) -> Path:
     return cache_root() / "models" / name
 

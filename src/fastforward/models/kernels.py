@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fastforward.core.aot import tensor_digest
 from fastforward.errors import FastForwardError
 
 PATHS = ("default", "prepacked")
@@ -44,6 +45,9 @@ class PackedLinear(nn.Module):
         self.weight = linear.weight if keep_weight else None  # same Parameter: tied embeddings keep working
         self.bias = linear.bias
         w = linear.weight.detach()
+        # the packed copies are no tensors of the state dict: this stands for them in a compiled package's
+        # fingerprint (fastforward.core.aot), so two prepacked models with other weights never share one
+        self.weight_digest = tensor_digest(w)
         self._one = torch.ops.mkldnn._reorder_linear_weight(w, 1)
         self._many = torch.ops.mkldnn._reorder_linear_weight(w, rows)
         self._bias = None if linear.bias is None else linear.bias.detach()
