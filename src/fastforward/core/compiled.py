@@ -184,8 +184,8 @@ class CompiledForward:
         self.store = None if store is None or self.graphs else Path(store)
         self._autotune = mode == "max-autotune"
         self._fingerprint: str | None = None
-        self._packages: dict[tuple[int, bool, int], Callable[..., Any]] = {}
-        self._in_process: set[tuple[int, bool, int]] = set()  # keys whose package failed: torch.compile
+        # per key: its loaded package, or None when packaging it failed (that key then uses torch.compile)
+        self._packages: dict[tuple[int, bool, int], Callable[..., Any] | None] = {}
         self.startup: dict[str, dict[str, float]] = {}  # package name -> {"built_s"/"loaded_s": seconds}
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
@@ -241,15 +241,11 @@ class CompiledForward:
         key cannot be packaged: it then compiles in this process, as without a store."""
         from fastforward.core import aot
 
-        run = self._packages.get(key)
+        if key not in self._packages:
+            self._packages[key] = self._package(key, ids, pos, mask)
+        run = self._packages[key]
         if run is None:
-            if key in self._in_process:
-                return None
-            run = self._package(key, ids, pos, mask)
-            if run is None:
-                self._in_process.add(key)
-                return None
-            self._packages[key] = run
+            return None
         outs = run(ids, pos, mask, self.cache.slots.where, *aot.cache_buffers(self.cache))
         return outs[0], (outs[1] if key[1] else None)
 
