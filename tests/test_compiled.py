@@ -323,3 +323,24 @@ def test_ar_eager_stays_eager_as_a_batch_of_one(pair) -> None:
     (req,) = bd.generate_many([PROMPT], greedy_config(12))
     assert req.result.tokens == build_decoder("ar", eager).generate(PROMPT, greedy_config(12)).tokens
     assert req.result.stats.extras["forward"] == "eager" and bd.name == "ar_eager"
+
+
+def test_a_compiled_model_s_cost_curve_is_its_graphs_staircase(tmp_path, monkeypatch) -> None:
+    """The cost curve tree sizers read (:mod:`fastforward.models.costs`) is measured through the compiled
+    bucket graphs when the model has them and filed apart from the eager curve; between buckets it is a
+    staircase (k=5 runs, and costs, k=8's padded graph), not a line."""
+    from fastforward.models import costs
+
+    monkeypatch.setenv("FASTFORWARD_CACHE", str(tmp_path))
+    fast = make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=256, mode=None)
+    curve = costs.cached_curve(fast, ks=(1, 4, 8), context=16, repeats=1)
+    assert {r["engine"] for r in curve} == {runner.identity()} and runner.identity().startswith("compiled")
+    assert {1, 4, 8} <= runner.used  # timed through the graphs, not eagerly
+    filed = costs.cache_file("tiny-llama", "float32", "default", 16, runner.identity())
+    assert filed.exists() and not costs.cache_file("tiny-llama", "float32", "default", 16).exists()
+    ms = costs.interpolate(curve)
+    k4, k8 = curve[1]["ms"], curve[2]["ms"]
+    assert ms(5) == ms(7) == ms(8) == k8 and ms(3) == k4
+    eager_line = costs.interpolate([{k: v for k, v in r.items() if k != "engine"} for r in curve])
+    assert eager_line(5) == pytest.approx(k4 + (k8 - k4) / 4)

@@ -85,7 +85,8 @@ def test_cost_curve_schema_and_cache(tmp_path, monkeypatch):
     m = make_tiny()
     curve = costs.cached_curve(m, ks=(1, 2, 8), context=16, repeats=1)
     assert [r["k"] for r in curve] == [1, 2, 8]
-    assert set(curve[0]) == {"model", "dtype", "isa", "path", "k", "ms", "relative_to_k1"}
+    assert set(curve[0]) == {"model", "dtype", "isa", "path", "engine", "k", "ms", "relative_to_k1"}
+    assert curve[0]["engine"] == "eager"
     assert curve[0]["relative_to_k1"] == 1.0 and all(r["ms"] > 0 for r in curve)
     assert json.loads(costs.cache_file("tiny-llama", "float32", "default", 16).read_text()) == curve
 

@@ -264,10 +264,9 @@ class CompiledForward:
         example = (ids, pos, mask, self.cache.slots.where, *aot.cache_buffers(self.cache))
         times: dict[str, float] = {}
         try:
-            if self._fingerprint is None:
-                self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads, self._autotune)
-                aot.describe(self.store, self._fingerprint, self.model)
-            path = self.store / self._fingerprint / aot.package_name(k, hidden, size)
+            fp = self.identity().removeprefix("compiled-")
+            aot.describe(self.store, fp, self.model)  # once: a no-op when the store has it
+            path = self.store / fp / aot.package_name(k, hidden, size)
             for attempt in range(2):
                 if not path.exists():
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
@@ -292,6 +291,18 @@ class CompiledForward:
                 f"--compile: packaging {what} failed ({_first_line(e)}); compiling it in this process instead"
             )
         return None
+
+    def identity(self) -> str:
+        """What a cost measured through these graphs is filed under: ``compiled-`` and the packages'
+        fingerprint on a CPU store (a new model, weights, code or CPU gives new graphs, so new costs), else the
+        kind of graphs (CUDA graphs, or torch.compile in this process)."""
+        from fastforward.core import aot
+
+        if self.store is None:
+            return "compiled-" + ("cudagraphs" if self.graphs else "inprocess")
+        if self._fingerprint is None:
+            self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads, self._autotune)
+        return f"compiled-{self._fingerprint}"
 
     def eager(
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool = False

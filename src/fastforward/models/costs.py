@@ -3,7 +3,8 @@
 Every parallel method trades target forwards for wider ones; whether that pays depends on the curve
 ms(k) / ms(1) of the model in the dtype and kernel path used, which differs between CPUs (AVX-512 with
 bf16 instructions: bf16 ~1.1-1.4x at k=16; AVX2 only: bf16 5-11x, fp32 ~2-3x with the default GEMM). So the
-curve is measured, not assumed: once per (model, dtype, path, ISA, torch, threads), cached as JSON under
+curve is measured, not assumed: once per (model, dtype, path, ISA, torch, threads, and the compiled graphs'
+fingerprint when the model has them), through the engine's own step, cached as JSON under
 ``$FASTFORWARD_CACHE/costs``. It lives beside the models because decoders read it too (Chimera sizes its
 trees from it); the choices made from recorded curves are in :mod:`fastforward.bench.costs`.
 """
@@ -14,12 +15,13 @@ import json
 import re
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 import torch
 
-from fastforward.core.cache import SlotCache, rollback
-from fastforward.core.engine import model_call
+from fastforward.core.compiled import bucket, compiled
+from fastforward.core.engine import Block, ModelEngine
 from fastforward.hardware import cpu_isa
 from fastforward.models.kernels import path_of
 from fastforward.models.loading import LoadedModel, cache_root
@@ -28,45 +30,68 @@ KS = (1, 2, 4, 8, 16, 32)
 VERIFY_K = 8  # block size a parallel method's verify forward is costed at
 
 
+def engine_of(model: torch.nn.Module) -> str:
+    """Which forward a step of ``model`` runs, as its costs are filed: ``eager``, or its compiled graphs'
+    :meth:`~fastforward.core.compiled.CompiledForward.identity` (their costs differ in size and in shape:
+    SmolLM2 fp32, AVX-512: k=8 costs 1.09x k=1 eagerly and 1.34x compiled)."""
+    runner = compiled(model)
+    return "eager" if runner is None else runner.identity()
+
+
 @torch.inference_mode()
 def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int = 5) -> float:
-    """Median wall time (ms) of one forward over ``k`` new tokens after a cached ``context``-token prefix,
-    logits for every new token (as a verify forward needs). The cache is rolled back after each."""
+    """Median wall time (ms) of one verify step's forward over ``k`` new tokens after a cached
+    ``context``-token prefix, logits for every new token, through the engine's step as methods run it
+    (:class:`~fastforward.core.engine.ModelEngine`: a compiled model's bucket graph over its fixed cache,
+    else the eager forward over the static cache), inputs and mask included. The row is cut back to the
+    prefix after each."""
     device = next(model.parameters()).device
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    block = torch.randint(0, vocab, (1, k), generator=gen).to(device)
-    cache = SlotCache(context + k)  # the engine's static cache, so the curve times the forward methods run
-    model_call(model, prefix, None, None, cache, keep=1)
-    pos = torch.arange(context, context + k, device=device)[None]
+    block = Block.chain(torch.randint(0, vocab, (k,), generator=gen).tolist())
+    engine = ModelEngine(model)
     times = []
-    for i in range(repeats + 1):  # the first is a warm-up
-        t = time.perf_counter()
-        model_call(model, block, pos, None, cache)
-        if i:
-            times.append((time.perf_counter() - t) * 1e3)
-        rollback(cache, context)
+    try:
+        engine.start(prefix, capacity=context + 1, room=k)
+        for i in range(repeats + 1):  # the first is a warm-up
+            t = time.perf_counter()
+            engine.forward([block])
+            if i:
+                times.append((time.perf_counter() - t) * 1e3)
+            engine.truncate(0, context)
+    finally:
+        engine.close()
     return sorted(times)[len(times) // 2]
 
 
 def measure_curve(model: torch.nn.Module, ks: tuple[int, ...] = KS, context: int = 128) -> list[dict]:
     """``k, ms`` records for a bare model (no name or dtype to cache under): what a decoder measures for
     itself when it was built without the per-machine cached curve."""
-    return [{"k": k, "ms": forward_ms(model, k, context, repeats=3)} for k in sorted(set(ks) | {1})]
+    engine = engine_of(model)
+    return [
+        {"k": k, "ms": forward_ms(model, k, context, repeats=3), "engine": engine}
+        for k in sorted(set(ks) | {1})
+    ]
 
 
 def interpolate(curve: list[dict]) -> Callable[[int], float]:
     """ms(k) for any k >= 1 from a measured curve: linear between measured points, and past the widest one
-    along the last segment's slope (a forward's cost keeps growing with k)."""
+    along the last segment's slope (a forward's cost keeps growing with k). A curve measured through
+    compiled graphs is a staircase instead: k tokens run the graph of the next bucket (padded), so they
+    cost what that bucket was measured at (k=5 costs k=8's), and only past the widest bucket grows."""
     pts = sorted((int(r["k"]), float(r["ms"])) for r in curve)
     if not pts:
         raise ValueError("an empty cost curve")
+    stepped = all(str(r.get("engine", "eager")).startswith("compiled") for r in curve)
+    measured = dict(pts)
 
     def ms(k: int) -> float:
+        if stepped and (b := bucket(k)) is not None and b in measured:
+            return measured[b]
         if k <= pts[0][0] or len(pts) == 1:
             return pts[0][1] if k <= pts[0][0] else pts[0][1] * k / pts[0][0]
-        for (k0, m0), (k1, m1) in zip(pts, pts[1:], strict=False):
+        for (k0, m0), (k1, m1) in pairwise(pts):
             if k <= k1:
                 return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
         (k0, m0), (k1, m1) = pts[-2], pts[-1]
@@ -80,18 +105,20 @@ def cost_curve(
 ) -> list[dict]:
     """Records ``model, dtype, isa, path, k, ms, relative_to_k1`` (the ``cost_curves`` schema)."""
     ms = {k: forward_ms(loaded.model, k, context, repeats) for k in sorted(set(ks) | {1})}
-    isa, path = cpu_isa(), path_of(loaded.model)
+    isa, path, engine = cpu_isa(), path_of(loaded.model), engine_of(loaded.model)
     return [
-        {"model": loaded.name, "dtype": loaded.dtype, "isa": isa, "path": path, "k": k,
+        {"model": loaded.name, "dtype": loaded.dtype, "isa": isa, "path": path, "engine": engine, "k": k,
          "ms": round(ms[k], 3), "relative_to_k1": round(ms[k] / ms[1], 3)}
         for k in ks
     ]  # fmt: skip
 
 
-def cache_file(model: str, dtype: str, path: str, context: int = 128) -> Path:
+def cache_file(model: str, dtype: str, path: str, context: int = 128, engine: str = "eager") -> Path:
     key = (
         f"{model}-{dtype}-{path}-ctx{context}-{cpu_isa()}-torch{torch.__version__}-{torch.get_num_threads()}t"
     )
+    if engine != "eager":  # compiled graphs: their own costs, per set of graphs
+        key += f"-{engine}"
     return cache_root() / "costs" / (re.sub(r"[^A-Za-z0-9.+_-]+", "_", key) + ".json")
 
 
@@ -99,7 +126,7 @@ def cached_curve(
     loaded: LoadedModel, refresh: bool = False, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
 ) -> list[dict]:
     """The curve from the per-machine cache when it covers ``ks``; measured (and stored) otherwise."""
-    f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model), context)
+    f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model), context, engine_of(loaded.model))
     if f.exists() and not refresh:
         cached = json.loads(f.read_text())
         if set(ks) <= {r["k"] for r in cached}:
