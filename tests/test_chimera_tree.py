@@ -15,6 +15,7 @@ from fastforward.chimera.tree import (
     chain_tree,
     default_tree,
     graft_chain,
+    likeliest_paths,
     path_probability,
     tree_tokens,
 )
@@ -223,3 +224,20 @@ def test_an_untimed_sizer_ignores_measured_times():
     assert timed.scale > 3.0 and untimed.scale == 1.0
     assert untimed.stats.trials == timed.stats.trials  # acceptance is still counted
     assert untimed.head_ms == pytest.approx(0.02 * 11.0) and timed.head_ms > 4.0  # first guess vs measured
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_likeliest_paths_are_the_head_of_the_exhaustive_sort(seed):
+    """The best-first search returns exactly the first n paths of scoring and sorting every candidate path of
+    at most D nodes (likeliest first; ties shorter, then by ranks), ties included."""
+    import random
+
+    rng = random.Random(seed)
+    q = [sorted((round(rng.random(), 1) * 0.99 for _ in range(4)), reverse=True) for _ in range(4)]
+    for depth in range(1, 5):
+        exhaustive = sorted(
+            ((path_probability(p, q), p) for p in candidate_paths(depth, 4)),
+            key=lambda sp: (-sp[0], len(sp[1]), sp[1]),
+        )
+        for n in (1, 7, 31, 400):
+            assert likeliest_paths(q, depth, n) == exhaustive[:n]
