@@ -39,40 +39,50 @@ def engine_of(model: torch.nn.Module) -> str:
 
 
 @torch.inference_mode()
-def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int = 5) -> float:
-    """Median wall time (ms) of one verify step's forward over ``k`` new tokens after a cached
-    ``context``-token prefix, logits for every new token, through the engine's step as methods run it
-    (:class:`~fastforward.core.engine.ModelEngine`: a compiled model's bucket graph over its fixed cache,
-    else the eager forward over the static cache), inputs and mask included. The row is cut back to the
-    prefix after each."""
+def widths_ms(
+    model: torch.nn.Module, ks: tuple[int, ...], context: int = 128, repeats: int = 5
+) -> dict[int, float]:
+    """Median wall time (ms) of one verify step's forward over ``k`` new tokens for each ``k`` in ``ks``,
+    after a cached ``context``-token prefix, logits for every new token, through the engine's step as
+    methods run it (:class:`~fastforward.core.engine.ModelEngine`: a compiled model's bucket graph over its
+    fixed cache, else the eager forward over the static cache), inputs and mask included. The row is cut
+    back to the prefix after each.
+
+    The widths take turns, round after round (the first a warm-up), so that a machine whose speed drifts
+    (a shared host: +-15-30%) moves every width alike and the curve's shape, which decides tree sizes and
+    is kept on disk, does not carry one width's unlucky moment."""
     device = next(model.parameters()).device
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    block = Block.chain(torch.randint(0, vocab, (k,), generator=gen).tolist())
+    blocks = {k: Block.chain(torch.randint(0, vocab, (k,), generator=gen).tolist()) for k in ks}
     engine = ModelEngine(model)
-    times = []
+    times: dict[int, list[float]] = {k: [] for k in ks}
     try:
-        engine.start(prefix, capacity=context + 1, room=k)
-        for i in range(repeats + 1):  # the first is a warm-up
-            t = time.perf_counter()
-            engine.forward([block])
-            if i:
-                times.append((time.perf_counter() - t) * 1e3)
-            engine.truncate(0, context)
+        engine.start(prefix, capacity=context + 1, room=max(ks))
+        for i in range(repeats + 1):
+            for k in ks:
+                t = time.perf_counter()
+                engine.forward([blocks[k]])
+                if i:
+                    times[k].append((time.perf_counter() - t) * 1e3)
+                engine.truncate(0, context)
     finally:
         engine.close()
-    return sorted(times)[len(times) // 2]
+    return {k: sorted(ts)[len(ts) // 2] for k, ts in times.items()}
+
+
+def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int = 5) -> float:
+    """:func:`widths_ms` of one width."""
+    return widths_ms(model, (k,), context, repeats)[k]
 
 
 def measure_curve(model: torch.nn.Module, ks: tuple[int, ...] = KS, context: int = 128) -> list[dict]:
     """``k, ms`` records for a bare model (no name or dtype to cache under): what a decoder measures for
     itself when it was built without the per-machine cached curve."""
     engine = engine_of(model)
-    return [
-        {"k": k, "ms": forward_ms(model, k, context, repeats=3), "engine": engine}
-        for k in sorted(set(ks) | {1})
-    ]
+    ms = widths_ms(model, tuple(sorted(set(ks) | {1})), context, repeats=3)
+    return [{"k": k, "ms": v, "engine": engine} for k, v in ms.items()]
 
 
 def interpolate(curve: list[dict]) -> Callable[[int], float]:
@@ -104,7 +114,7 @@ def cost_curve(
     loaded: LoadedModel, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
 ) -> list[dict]:
     """Records ``model, dtype, isa, path, k, ms, relative_to_k1`` (the ``cost_curves`` schema)."""
-    ms = {k: forward_ms(loaded.model, k, context, repeats) for k in sorted(set(ks) | {1})}
+    ms = widths_ms(loaded.model, tuple(sorted(set(ks) | {1})), context, repeats)
     isa, path, engine = cpu_isa(), path_of(loaded.model), engine_of(loaded.model)
     return [
         {"model": loaded.name, "dtype": loaded.dtype, "isa": isa, "path": path, "engine": engine, "k": k,
