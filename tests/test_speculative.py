@@ -389,6 +389,21 @@ def test_a_draft_as_slow_as_the_target_costs_only_its_probes():
     assert sum(g > 0 for g in out) < 0.03 * len(out) and t.probes >= 3
 
 
+def test_a_draft_that_could_not_pay_even_if_always_right_waits_the_longest_back_off():
+    """Probes measure acceptance. A draft costing what the target does cannot pay at any acceptance, so it
+    is probed only after the longest back-off; a cheaper draft that is merely wrong is probed sooner."""
+
+    def first_probe(draft_ms: float) -> int:
+        t = CostTracker().begin()
+        out = _simulate(t, 1500, lambda i: draft_ms, lambda i: 0.0)
+        opening = next(i for i, g in enumerate(out) if g == 0)
+        return next(i for i, g in enumerate(out) if i > opening and g > 0) - opening
+
+    as_slow = first_probe(66.0)  # 66 ms a draft token, the target's 1-token forward
+    assert as_slow >= CostTracker().max_backoff * CostTracker().burst
+    assert first_probe(10.0) < as_slow / 4
+
+
 def test_reopen_forgets_what_a_warm_up_measured():
     t = CostTracker().begin()
     _simulate(t, 50, lambda i: 66.0, lambda i: 0.0)

@@ -286,7 +286,8 @@ class CostTracker:
     When no draft length pays (a draft that is slow or rarely right on this machine and text) it returns 0
     and the step is plain AR. While off, the draft is probed as :class:`~fastforward.core.pacing.StepGate`
     probes a parallel step: a burst of ``burst`` drafted steps after ``backoff * burst * cost ratio`` AR
-    steps, whose acceptance replaces the estimate and whose cost is measured afresh; a probe that still
+    steps (``max_backoff`` in place of ``backoff`` for a draft that would not pay even if always right),
+    whose acceptance replaces the estimate and whose cost is measured afresh; a probe that still
     loses doubles the back-off (up to ``max_backoff``), one that wins turns the draft back on. A draft that
     never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
     comes back within one back-off.
@@ -343,6 +344,12 @@ class CostTracker:
         alpha = min(self.alpha, 0.99)
         return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
 
+    def _could_pay(self) -> bool:
+        """Whether some draft length would beat a plain AR step at the measured costs if the draft were
+        nearly always right (acceptance 0.99)."""
+        assert self.draft_ms.value is not None
+        return best_gamma(0.99, self.draft_ms.value, self.verify_cost, self.gamma_max, 0) > 0
+
     def choose(self, limit: int) -> int:
         """This step's draft length, at most ``limit`` (0: a plain AR step)."""
         self.gamma_max = limit
@@ -355,7 +362,11 @@ class CostTracker:
             return g
         g1 = self._best(1)
         ratio = max(1.0, (g1 * self.draft_ms.value + self.verify_cost(g1 + 1)) / self.verify_cost(1))
-        if self.wait >= self.backoff * self.burst * ratio:
+        # a probe measures acceptance; when not even a draft that is always right would pay at the measured
+        # costs (an int8 copy of a compiled target drafts at ~1x its cost), only the costs can change, so
+        # it waits the longest back-off
+        backoff = self.backoff if self._could_pay() else self.max_backoff
+        if self.wait >= backoff * self.burst * ratio:
             self._left, self._sum = self.burst, [0, 0]  # a probe
             self.probes += 1
             self._cold = True  # its first step pays the draft's catch-up over the AR stretch

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Issue 32, session 30 (cost curves through the compiled graphs, best-first tree sizing): SmolLM2 fp32 through the compiled engine (AOTInductor packages) beside eager AR,
+# generate() and llama.cpp F32, 128 tokens, one process per dataset. Cold compiles land in the first run.
+# CAP=1 runs the same under the AVX2 cap (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2).
+set -euo pipefail
+TAG=${TAG:-avx512}
+OUT=results/compiled_s30
+for ds in ${DATASETS:-mtbench gsm8k humaneval}; do
+  /usr/bin/time -f "wall_s %e" .venv/bin/fastforward bench --model smollm2-135m --dataset "$ds" --limit 3 \
+    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all --llamacpp \
+    --out "$OUT/bench_${ds}_${TAG}.json" 2> "$OUT/bench_${ds}_${TAG}.log"
+done
