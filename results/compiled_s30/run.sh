@@ -10,3 +10,8 @@ for ds in ${DATASETS:-mtbench gsm8k humaneval}; do
     --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all --llamacpp \
     --out "$OUT/bench_${ds}_${TAG}.json" 2> "$OUT/bench_${ds}_${TAG}.log"
 done
+# Then a longer HumanEval run (8 prompts) of the methods the 3-prompt run put below compiled AR, and the
+# other precisions (bash results/compiled_s30/precision.sh):
+#   fastforward bench --model smollm2-135m --dataset humaneval --limit 8 --max-new-tokens 128 --threads 2 \
+#     --dtype float32 --path auto --compile on --methods ar,jacobi,lookahead,layerskip,qsd,suffix,pld,recycle \
+#     --out results/compiled_s30/bench_humaneval8_avx512.json
