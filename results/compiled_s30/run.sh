@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 32, session 30 (cost curves through the compiled graphs, best-first tree sizing): SmolLM2 fp32 through the compiled engine (AOTInductor packages) beside eager AR,
 # generate() and llama.cpp F32, 128 tokens, one process per dataset. Cold compiles land in the first run.
-# CAP=1 runs the same under the AVX2 cap (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2).
+# For the AVX2 cap: TAG=avx2cap ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 bash results/compiled_s30/run.sh
 set -euo pipefail
 TAG=${TAG:-avx512}
 OUT=results/compiled_s30
