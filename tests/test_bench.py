@@ -147,3 +147,54 @@ def test_bench_reports_what_the_decoder_says_chimera_typical_is_lossy(smollm2):
 def test_a_tagged_label_builds_its_base_method(smollm2):
     dec = build_decoder("pld:short", smollm2, None, {"gamma": 2})
     assert dec.name == "pld"  # the method's own logic (drafter choice) keys on the base name
+
+
+def test_a_compiled_bench_warms_the_graphs_its_methods_use(monkeypatch):
+    """Before timing: the 1-token bucket for AR-like methods only, every bucket for a parallel method, and
+    the hidden-state graphs too when a method's verify forwards return hidden states (Chimera), so no timed
+    request compiles or loads a graph."""
+    from fastforward.bench import runner
+    from fastforward.core.compiled import BUCKETS
+
+    calls = []
+    monkeypatch.setattr(
+        runner,
+        "warm_buckets",
+        lambda model, widths, hidden=False, sizes=(): (
+            calls.append((tuple(widths), hidden, tuple(sizes))) or 0.0
+        ),
+    )
+
+    class Reads:
+        hidden_states = True
+
+    class Hidden:
+        def proposer(self, solo):
+            return Reads()
+
+    class Peer:  # a peer's generate(): no proposer
+        def proposer(self, solo):
+            raise FastForwardError("no batched path")
+
+    target = make_tiny()
+    runner.warm_graphs(target, {"ar": object(), "hf_generate": Peer()}, (512,))
+    assert calls == [((1,), False, (512,))]
+    calls.clear()
+    runner.warm_graphs(target, {"ar": object(), "pld": Peer()}, (512,))
+    assert calls == [(BUCKETS, False, (512,))]
+    calls.clear()
+    runner.warm_graphs(target, {"ar": object(), "chimera": Hidden()}, (512, 1024))
+    assert calls == [(BUCKETS, False, (512, 1024)), (BUCKETS, True, (512, 1024))]
+
+
+def test_which_decoders_read_hidden_states():
+    """Chimera's verify forwards return hidden states; AR's, pld's and a peer's generate() do not."""
+    from fastforward.bench.runner import reads_hidden_states
+
+    tiny = make_tiny()
+    chimera = ChimeraDecoder(tiny.model, new_draft(tiny.model), ChimeraOptions(tree="chain"))
+    assert reads_hidden_states(chimera)
+    assert not reads_hidden_states(build_decoder("ar", tiny)) and not reads_hidden_states(
+        build_decoder("pld", tiny)
+    )
+    assert not reads_hidden_states(build_decoder("hf_generate", tiny))

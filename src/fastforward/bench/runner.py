@@ -26,6 +26,7 @@ from fastforward.core.engine import warm_buckets
 from fastforward.core.metrics import DecodeTotals, generation_record
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
+from fastforward.errors import FastForwardError
 from fastforward.log import log
 from fastforward.models.loading import LoadedModel
 
@@ -100,6 +101,35 @@ def cache_sizes(target: LoadedModel, samples: list[Sample], max_new_tokens: int)
     return tuple(t for t in tiers(runner.capacity) if low <= t <= high)
 
 
+def reads_hidden_states(decoder: Decoder) -> bool:
+    """Whether the decoder's verify forwards return the target's hidden states (Chimera's draft reads them),
+    which runs graphs of their own; False for a decoder that is not a proposer (a peer's ``generate()``, the
+    llama.cpp reference)."""
+    make = getattr(decoder, "proposer", None)
+    try:
+        return make is not None and bool(getattr(make(solo=True), "hidden_states", False))
+    except FastForwardError:
+        return False
+
+
+def warm_graphs(target: LoadedModel, decoders: Mapping[str, Decoder], sizes: tuple[int, ...]) -> float:
+    """Before timing, compile (or load) every graph the run's decoders will use over the fixed-cache
+    ``sizes``, so no request pays for one while timed: the 1-token bucket when every method is AR-like (the
+    wider ones would only lengthen its start), else every width bucket, and the same again with hidden
+    states when a decoder reads them. Returns the seconds spent."""
+    ar_only = all(n.split(":")[0] in AR_LIKE for n in decoders)
+    widths = (1,) if ar_only else BUCKETS
+    spent = warm_buckets(target.model, widths, sizes=sizes)
+    which = "the 1-token bucket" if ar_only else "every width bucket"
+    if any(reads_hidden_states(d) for d in decoders.values()):
+        spent += warm_buckets(target.model, widths, hidden=True, sizes=sizes)
+        which += ", with and without hidden states,"
+    log(
+        f"--compile: warming {which} over {'/'.join(map(str, sizes))} cache slots before timing ({spent:.0f} s)"
+    )
+    return spent
+
+
 def run_bench(
     target: LoadedModel,
     decoders: dict[str, Decoder],
@@ -124,14 +154,7 @@ def run_bench(
         log(f"resuming: {len(saved)} turns done, {todo} to go")
 
     if warmup and samples and todo and compiled(target.model) is not None:
-        # AR feeds one token per step: compiling the wider buckets would only lengthen its start
-        ar_only = all(n.split(":")[0] in AR_LIKE for n in names)
-        which = "the 1-token bucket" if ar_only else "every width bucket"
-        sizes = cache_sizes(target, samples, config.max_new_tokens)
-        spent = warm_buckets(target.model, (1,) if ar_only else BUCKETS, sizes=sizes)
-        log(
-            f"--compile: warming {which} over {'/'.join(map(str, sizes))} cache slots before timing ({spent:.0f} s)"
-        )
+        warm_graphs(target, decoders, cache_sizes(target, samples, config.max_new_tokens))
     if warmup and samples and todo:
         ids = render_prompt(tok, [{"role": "user", "content": samples[0].turns[0]}])
         warm = replace(config, max_new_tokens=min(16, config.max_new_tokens))  # same sampling, constraint
