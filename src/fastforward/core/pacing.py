@@ -294,7 +294,6 @@ class CostTracker:
     """
 
     PRIOR = 0.5
-    MARGIN = 0.05  # a draft turns on when it promises at least 5% more tokens per ms than AR steps
 
     timed = True  # a CostTracker is the timed schedule; an untimed row keeps its fixed gamma
 
@@ -341,19 +340,9 @@ class CostTracker:
         return min([nearest, *(v for w, v in known.items() if w >= k)])
 
     def _best(self, gamma_min: int) -> int:
-        """The best draft length of at least ``gamma_min``. With ``gamma_min=0`` a draft must beat a plain AR
-        step by :attr:`MARGIN` in expected tokens per ms, else 0: at break-even the estimates' noise (a
-        shared host's ±15%) decides, and a draft chosen by noise runs below AR (qsd's int8 copy of a compiled
-        target at acceptance ~0.95: 0.97x of AR over half its steps drafted)."""
         assert self.draft_ms.value is not None
         alpha = min(self.alpha, 0.99)
-        g = best_gamma(
-            alpha, self.draft_ms.value, self.verify_cost, max(self.gamma_max, 1), max(gamma_min, 1)
-        )
-        if gamma_min > 0:
-            return g
-        rate = expected_tokens(alpha, g) / (g * self.draft_ms.value + self.verify_cost(g + 1))
-        return g if rate >= (1 + self.MARGIN) / self.verify_cost(1) else 0
+        return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
 
     def _could_pay(self) -> bool:
         """Whether some draft length would beat a plain AR step at the measured costs if the draft were
