@@ -33,7 +33,7 @@ VERIFY_K = 8  # block size a parallel method's verify forward is costed at
 def engine_of(model: torch.nn.Module) -> str:
     """Which forward a step of ``model`` runs, as its costs are filed: ``eager``, or its compiled graphs'
     :meth:`~fastforward.core.compiled.CompiledForward.identity` (their costs differ in size and in shape:
-    SmolLM2 fp32, AVX-512: k=8 costs 1.09x k=1 eagerly and 1.34x compiled)."""
+    SmolLM2 fp32, AVX-512: k=8 costs ~1.1x k=1 eagerly and 1.3-1.6x compiled)."""
     runner = compiled(model)
     return "eager" if runner is None else runner.identity()
 
@@ -50,7 +50,10 @@ def widths_ms(
 
     The widths take turns, round after round (the first a warm-up), so that a machine whose speed drifts
     (a shared host: +-15-30%) moves every width alike and the curve's shape, which decides tree sizes and
-    is kept on disk, does not carry one width's unlucky moment."""
+    is kept on disk, does not carry one width's unlucky moment.
+
+    Decoders time it when they are built, before any request: a compiled forward held by a request would
+    leave the row eager (:attr:`ModelEngine.ran`), and the curve would be the eager one."""
     device = next(model.parameters()).device
     vocab = model.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
@@ -113,7 +116,8 @@ def interpolate(curve: list[dict]) -> Callable[[int], float]:
 def cost_curve(
     loaded: LoadedModel, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
 ) -> list[dict]:
-    """Records ``model, dtype, isa, path, k, ms, relative_to_k1`` (the ``cost_curves`` schema)."""
+    """Records ``model, dtype, isa, path, engine, k, ms, relative_to_k1`` (the ``cost_curves`` schema, and
+    which forward was timed: ``eager`` or the compiled graphs' identity)."""
     ms = widths_ms(loaded.model, tuple(sorted(set(ks) | {1})), context, repeats)
     isa, path, engine = cpu_isa(), path_of(loaded.model), engine_of(loaded.model)
     return [
