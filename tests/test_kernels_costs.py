@@ -267,3 +267,22 @@ def test_fp32_logits_scores_bf16_hidden_states_against_a_float32_head() -> None:
     assert head(hidden[0, -1]).shape == (256,)
     f32 = make_tiny()
     assert fp32_logits(f32.model).lm_head is f32.model.lm_head  # a float32 model is left alone
+
+
+def test_a_cost_curve_times_its_widths_in_turns(monkeypatch):
+    """Round after round every width once (the first round a warm-up), so a host whose speed drifts moves every
+    width alike instead of one width's whole sample."""
+    from fastforward.core.engine import ModelEngine
+
+    fed: list[int] = []
+    forward = ModelEngine.forward
+
+    def counting(self, blocks, *a, **k):
+        fed.append(len(blocks[0].tokens))
+        return forward(self, blocks, *a, **k)
+
+    monkeypatch.setattr(ModelEngine, "forward", counting)
+    from fastforward.models.costs import widths_ms
+
+    ms = widths_ms(make_tiny().model, (1, 4, 8), context=16, repeats=2)
+    assert fed == [1, 4, 8] * 3 and set(ms) == {1, 4, 8} and all(v > 0 for v in ms.values())
