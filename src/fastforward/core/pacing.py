@@ -362,11 +362,12 @@ class CostTracker:
             return g
         g1 = self._best(1)
         ratio = max(1.0, (g1 * self.draft_ms.value + self.verify_cost(g1 + 1)) / self.verify_cost(1))
+        if self.wait < self.backoff * self.burst * ratio:
+            return 0
         # a probe measures acceptance; when not even a draft that is always right would pay at the measured
         # costs (an int8 copy of a compiled target drafts at ~1x its cost), only the costs can change, so
-        # it waits the longest back-off
-        backoff = self.backoff if self._could_pay() else self.max_backoff
-        if self.wait >= backoff * self.burst * ratio:
+        # it waits the longest back-off (checked only once the usual one has passed: not every AR step)
+        if self._could_pay() or self.wait >= self.max_backoff * self.burst * ratio:
             self._left, self._sum = self.burst, [0, 0]  # a probe
             self.probes += 1
             self._cold = True  # its first step pays the draft's catch-up over the AR stretch
