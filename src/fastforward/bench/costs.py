@@ -18,7 +18,6 @@ from fastforward.models.costs import (  # noqa: F401  (re-exported: the commands
     cache_file,
     cached_curve,
     cost_curve,
-    forward_ms,
     interpolate,
     measure_curve,
 )

@@ -75,11 +75,6 @@ def widths_ms(
     return {k: sorted(ts)[len(ts) // 2] for k, ts in times.items()}
 
 
-def forward_ms(model: torch.nn.Module, k: int, context: int = 128, repeats: int = 5) -> float:
-    """:func:`widths_ms` of one width."""
-    return widths_ms(model, (k,), context, repeats)[k]
-
-
 def measure_curve(model: torch.nn.Module, ks: tuple[int, ...] = KS, context: int = 128) -> list[dict]:
     """``k, ms`` records for a bare model (no name or dtype to cache under): what a decoder measures for
     itself when it was built without the per-machine cached curve."""
