@@ -11,7 +11,6 @@ from fastforward.chimera.tree import (
     TreeSizer,
     best_tree,
     build_tree,
-    candidate_paths,
     chain_tree,
     default_tree,
     graft_chain,
@@ -26,6 +25,17 @@ from fastforward.core.masks import positions, tree_mask, tree_visibility
 from fastforward.core.pacing import StepCost
 
 from .conftest import make_tiny
+
+
+def candidate_paths(depth: int, ranks: int) -> list[tuple[int, ...]]:
+    """Every path of at most ``depth`` nodes whose ranks are below ``ranks`` (the nodes a tree may hold)."""
+    level: list[tuple[int, ...]] = [()]
+    out: list[tuple[int, ...]] = []
+    for _ in range(depth):
+        level = [p + (r,) for p in level for r in range(ranks)]
+        out.extend(level)
+    return out
+
 
 # root; a=(0) b=(1); a0=(0,0) a1=(0,1) b0=(1,0); a00=(0,0,0)
 PATHS = [(1, 0), (0,), (0, 0, 0), (1,), (0, 1), (0, 0)]

@@ -112,16 +112,6 @@ def graft_chain(
 # --------------------------------------------------------------------------- trees sized from measured costs
 
 
-def candidate_paths(depth: int, ranks: int) -> list[Path]:
-    """Every path of at most ``depth`` nodes whose ranks are below ``ranks`` (the nodes a tree may hold)."""
-    level: list[Path] = [()]
-    out: list[Path] = []
-    for _ in range(depth):
-        level = [p + (r,) for p in level for r in range(ranks)]
-        out.extend(level)
-    return out
-
-
 def path_probability(path: Path, q: Sequence[Sequence[float]]) -> float:
     """How likely the target accepts every node of ``path``: the product of ``q[d][rank]``, the chance that
     head d's candidate of that rank is the target's token once the path reached depth d (the Medusa-style
