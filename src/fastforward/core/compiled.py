@@ -264,7 +264,7 @@ class CompiledForward:
         example = (ids, pos, mask, self.cache.slots.where, *aot.cache_buffers(self.cache))
         times: dict[str, float] = {}
         try:
-            fp = self.identity().removeprefix("compiled-")
+            fp = self._packages_fingerprint()
             aot.describe(self.store, fp, self.model)  # once: a no-op when the store has it
             path = self.store / fp / aot.package_name(k, hidden, size)
             for attempt in range(2):
@@ -296,13 +296,18 @@ class CompiledForward:
         """What a cost measured through these graphs is filed under: ``compiled-`` and the packages'
         fingerprint on a CPU store (a new model, weights, code or CPU gives new graphs, so new costs), else the
         kind of graphs (CUDA graphs, or torch.compile in this process)."""
-        from fastforward.core import aot
-
         if self.store is None:
             return "compiled-" + ("cudagraphs" if self.graphs else "inprocess")
+        return f"compiled-{self._packages_fingerprint()}"
+
+    def _packages_fingerprint(self) -> str:
+        """The key of this model's packages in the store (:func:`fastforward.core.aot.fingerprint`), hashed
+        once per process."""
+        from fastforward.core import aot
+
         if self._fingerprint is None:
             self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads, self._autotune)
-        return f"compiled-{self._fingerprint}"
+        return self._fingerprint
 
     def eager(
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool = False
