@@ -344,3 +344,31 @@ def test_a_compiled_model_s_cost_curve_is_its_graphs_staircase(tmp_path, monkeyp
     assert ms(5) == ms(7) == ms(8) == k8 and ms(3) == k4
     eager_line = costs.interpolate([{k: v for k, v in r.items() if k != "engine"} for r in curve])
     assert eager_line(5) == pytest.approx(k4 + (k8 - k4) / 4)
+
+
+@pytest.mark.parametrize("heads", [(6, 2), (4, 4), (3, 1)])
+@pytest.mark.parametrize("mask_kind", ["bool", "additive", "per_head"])
+def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
+    """The decoding-width attention of compiled CPU graphs gives SDPA's result: grouped query heads, a
+    boolean or additive mask, one mask for every head or one per query head."""
+    from fastforward.core.compiled import grouped_attention
+
+    hq, hkv = heads
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, hq, 5, 8, generator=g)
+    k, v = (torch.randn(2, hkv, 12, 8, generator=g) for _ in range(2))
+    allowed = torch.rand(2, hq if mask_kind == "per_head" else 1, 5, 12, generator=g) > 0.4
+    allowed[..., 0] = True  # every query attends somewhere
+    mask = allowed if mask_kind != "additive" else torch.zeros(allowed.shape).masked_fill(~allowed, -1e30)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3
+    )
+    out = grouped_attention(q, k, v, mask, 0.3)
+    assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-5)
+
+
+def test_gemm_backends_leave_bf16_gemms_to_onednn() -> None:
+    from fastforward.core.compiled import gemm_backends
+
+    assert gemm_backends(torch.bfloat16) == "ATEN"
+    assert "CPP" in gemm_backends(torch.float32)

@@ -178,11 +178,13 @@ def build(
     hidden: bool,
     path: Path,
     autotune: bool,
+    gemm: str = "ATEN,TRITON,CPP",
 ) -> None:
     """Export and compile :class:`Step` for ``example``'s shapes into the package ``path``, written whole or
     not at all (a temporary file, flushed, then renamed). Processes building the same package take turns
     (a lock file beside it) and a later one finds it built. ``autotune``: inductor's max-autotune GEMM
-    templates (where the CPU speed comes from; off for tiny test models, where it only costs time)."""
+    templates (where the CPU speed comes from; off for tiny test models, where it only costs time);
+    ``gemm``: the GEMM backends autotuning chooses among (:func:`fastforward.core.compiled.gemm_backends`)."""
     ids, pos, mask, where, *kv = example
     size = int(mask.shape[-1])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +204,11 @@ def build(
                 torch._inductor.aoti_compile_and_package(
                     program,
                     package_path=str(part),
-                    inductor_configs={"freezing": True, "max_autotune": autotune},
+                    inductor_configs={
+                        "freezing": True,
+                        "max_autotune": autotune,
+                        "max_autotune_gemm_backends": gemm,
+                    },
                 )
             with part.open("rb") as f:
                 os.fsync(f.fileno())

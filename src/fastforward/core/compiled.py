@@ -121,10 +121,55 @@ def gqa_sdpa(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask[:, :, :, : key.shape[-2]], scale=scaling, enable_gqa=True
-    )
+    mask = attention_mask[:, :, :, : key.shape[-2]]
+    if query.device.type == "cpu" and query.shape[2] <= BUCKETS[-1]:
+        out = grouped_attention(query, key, value, mask, scaling)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, scale=scaling, enable_gqa=True
+        )
     return out.transpose(1, 2).contiguous(), None
+
+
+def grouped_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    scaling: float | None = None,
+) -> torch.Tensor:
+    """Attention of a few query positions over a (fixed) cache as two batched matmuls, the query heads of a
+    key/value head stacked as rows of one matmul, scores and softmax in float32: [B, Hq, Q, D] from query
+    [B, Hq, Q, D], key/value [B, Hkv, S, D] and ``mask`` [B, 1 or Hq, Q, S] (boolean: True attends;
+    or additive).
+
+    Why not the SDPA kernel: on a CPU its flash kernel is built for long queries; for the 1-32 positions of a
+    decoding step it cost ~84 us per layer in float32 and ~257 us in bfloat16 over 512 slots (SmolLM2,
+    2-core AVX-512 EPYC; 14% and 30% of a compiled step), where these matmuls, with the mask and softmax
+    fused around them by inductor, made the compiled 1-token step 19% faster in float32 and, together
+    with oneDNN's bfloat16 GEMMs (:func:`gemm_backends`), 58% faster in bfloat16
+    (results/compiled_s31/attention.txt). float32 scores keep a bfloat16 model's softmax as exact as the
+    SDPA kernel's float32 accumulation did."""
+    b, hq, q, d = query.shape
+    hkv, s = key.shape[1], key.shape[2]
+    g = hq // hkv
+    scale = d**-0.5 if scaling is None else scaling
+    scores = (query.reshape(b, hkv, g * q, d).float() @ key.float().transpose(-1, -2)).view(b, hkv, g, q, s)
+    m = mask.view(mask.shape[0], hkv, g, q, s) if mask.shape[1] == hq > 1 else mask.unsqueeze(1)
+    scores = scores * scale
+    scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m.float()
+    probs = torch.softmax(scores, dim=-1).view(b, hkv, g * q, s)
+    return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
+
+
+def gemm_backends(dtype: torch.dtype) -> str:
+    """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
+    float32, where they beat oneDNN's prepacked kernels (compiled 1-token step 59.4 tok/s against 26.9 with
+    ATen alone), and ATen (oneDNN, weights prepacked by freezing) in bfloat16/float16, where the templates'
+    micro-kernels ran the 1-row GEMMs of a decoding step 2.5x slower than oneDNN (their autotuning times
+    each GEMM with its weights hot in cache; a decoding step streams them from memory). Measured on a
+    2-core AVX-512 (bf16, no AMX) EPYC: results/compiled_s31/attention.txt."""
+    return "ATEN,TRITON,CPP" if dtype == torch.float32 else "ATEN"  # float32: inductor's default
 
 
 def share_kv_heads(model: torch.nn.Module) -> bool:
@@ -164,6 +209,9 @@ class CompiledForward:
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
+        self.gemm = gemm_backends(next(model.parameters()).dtype)
+        # in-process CPU graphs (CUDA graphs tune no GEMMs)
+        inductor_config.max_autotune_gemm_backends = self.gemm
         inductor_config.autotune_num_choices_displayed = 0  # no per-GEMM autotuning tables on stderr
         inductor_config.max_autotune_report_choices_stats = False
         # a graph per (bucket, hidden, tier) on one code object: room for all of them and a little more
@@ -271,7 +319,7 @@ class CompiledForward:
                 if not path.exists():
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
                     t0 = time.perf_counter()
-                    aot.build(self.model, self._step, example, hidden, path, self._autotune)
+                    aot.build(self.model, self._step, example, hidden, path, self._autotune, self.gemm)
                     times["built_s"] = round(time.perf_counter() - t0, 2)
                 t0 = time.perf_counter()
                 try:
