@@ -143,13 +143,13 @@ def grouped_attention(
     [B, Hq, Q, D], key/value [B, Hkv, S, D] and ``mask`` [B, 1 or Hq, Q, S] (boolean: True attends;
     or additive).
 
-    Why not the SDPA kernel: on a CPU its flash kernel is built for long queries; for the 1-32 positions of a
-    decoding step it cost ~84 us per layer in float32 and ~257 us in bfloat16 over 512 slots (SmolLM2,
-    2-core AVX-512 EPYC; 14% and 30% of a compiled step), where these matmuls, with the mask and softmax
-    fused around them by inductor, made the compiled 1-token step 19% faster in float32 and, together
-    with oneDNN's bfloat16 GEMMs (:func:`gemm_backends`), 58% faster in bfloat16
-    (results/compiled_s31/attention.txt). float32 scores keep a bfloat16 model's softmax as exact as the
-    SDPA kernel's float32 accumulation did."""
+    Why not the SDPA kernel: on a CPU its flash kernel is built for long queries. For the 1-32 positions of
+    a decoding step in bfloat16 it cost ~257 us per layer over 512 slots, 30% of a compiled step (SmolLM2,
+    2-core AVX-512 EPYC). As these matmuls, with the mask and softmax fused around them by inductor, the
+    compiled bfloat16 AR ran 1.34x faster in one process (results/compiled_s31/ab_attention_bf16.txt). In
+    float32 the two are even (0.98x, within the host's noise: ab_attention_fp32.txt), and one path serves
+    every dtype. float32 scores keep a bfloat16 model's softmax as exact as the SDPA kernel's float32
+    accumulation did."""
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv
@@ -164,11 +164,11 @@ def grouped_attention(
 
 def gemm_backends(dtype: torch.dtype) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
-    float32, where they beat oneDNN's prepacked kernels (compiled 1-token step 59.4 tok/s against 26.9 with
-    ATen alone), and ATen (oneDNN, weights prepacked by freezing) in bfloat16/float16, where the templates'
-    micro-kernels ran the 1-row GEMMs of a decoding step 2.5x slower than oneDNN (their autotuning times
-    each GEMM with its weights hot in cache; a decoding step streams them from memory). Measured on a
-    2-core AVX-512 (bf16, no AMX) EPYC: results/compiled_s31/attention.txt."""
+    float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone), and
+    ATen (oneDNN, weights prepacked by freezing) in bfloat16/float16, where the templates' micro-kernels ran
+    the 1-row GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly; with ATen the compiled
+    bfloat16 AR went from 50.3 to 61.6 tok/s (one process each, one after the other).
+    Measured on a 2-core AVX-512 (bf16, no AMX) EPYC: results/compiled_s31/attention.txt."""
     return "ATEN,TRITON,CPP" if dtype == torch.float32 else "ATEN"  # float32: inductor's default
 
 
