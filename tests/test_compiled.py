@@ -372,3 +372,20 @@ def test_gemm_backends_leave_bf16_gemms_to_onednn() -> None:
 
     assert gemm_backends(torch.bfloat16) == "ATEN"
     assert "CPP" in gemm_backends(torch.float32)
+
+
+def test_building_a_package_leaves_no_copy_of_its_library_in_inductor_s_cache(tmp_path) -> None:
+    """A package's library (its weights inside) lives in the package only: the copy the build compiled in
+    inductor's cache directory is deleted once the package is written."""
+    import zipfile
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    fast = make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    build_decoder("ar", fast).generate(PROMPT, greedy_config(4))
+    (package,) = tmp_path.glob("*/k1-s256.pt2")
+    with zipfile.ZipFile(package) as z:
+        libraries = [Path(n).name for n in z.namelist() if n.endswith(".so")]
+    assert libraries
+    assert not [f for name in libraries for f in Path(cache_dir()).glob(f"*/{name}")]

@@ -34,6 +34,7 @@ import os
 import tempfile
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -213,8 +214,27 @@ def build(
             with part.open("rb") as f:
                 os.fsync(f.fileno())
             os.replace(part, path)
+            drop_build_libraries(path)
         finally:
             part.unlink(missing_ok=True)
+
+
+def drop_build_libraries(package: Path) -> list[Path]:
+    """Delete the shared libraries that building ``package`` left in inductor's cache directory; returns them.
+
+    Why: AOTInductor compiles a package's library, weights inside, in its cache directory and then zips a
+    copy into the package; the original stays there, used by nothing (a package is loaded from its own
+    file, and a rebuild compiles afresh). That is 0.66 GB per SmolLM2 fp32 bucket: one session's builds had
+    filled 18 GB of the fastforward cache's ``inductor`` folder and then the disk, and a build failed for
+    want of space. The small files beside it (generated code, autotuning results) are kept."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    with zipfile.ZipFile(package) as z:
+        names = {Path(n).name for n in z.namelist() if n.endswith(".so")}
+    dropped = [f for name in names for f in Path(cache_dir()).glob(f"*/{name}")]
+    for f in dropped:
+        f.unlink(missing_ok=True)
+    return dropped
 
 
 @contextlib.contextmanager
