@@ -179,7 +179,7 @@ def build(
     hidden: bool,
     path: Path,
     autotune: bool,
-    gemm: str = "ATEN,TRITON,CPP",
+    gemm: str,
 ) -> None:
     """Export and compile :class:`Step` for ``example``'s shapes into the package ``path``, written whole or
     not at all (a temporary file, flushed, then renamed). Processes building the same package take turns
