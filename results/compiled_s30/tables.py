@@ -18,9 +18,10 @@ def cell(m: dict, name: str) -> str:
     return f"{m['tokens_per_s']:.1f}, {m['speedup_vs_ar']:.2f}x, {'-' if plain else f'{share:.2f}'}, {same}"
 
 
-def table(files: dict[str, str]) -> str:
-    """One row per method, one column group per file: tok/s, vs compiled AR, AR-step share, same as AR."""
-    runs = {label: json.loads((HERE / f).read_text()) for label, f in files.items()}
+def table(files: dict[str, str], here: Path = HERE) -> str:
+    """One row per method, one column group per file (names relative to ``here``): tok/s, vs compiled AR,
+    AR-step share, same as AR."""
+    runs = {label: json.loads((here / f).read_text()) for label, f in files.items()}
     names = [n for n in (*SHOW, "llamacpp") if any(n in r["methods"] for r in runs.values())]
     lines = ["| method | " + " | ".join(f"{k}: tok/s, vs compiled AR, AR-step share, same as AR" for k in runs) + " |",
              "|---|" + "---|" * len(runs)]

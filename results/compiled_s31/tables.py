@@ -1,35 +1,20 @@
-"""The markdown tables of docs/results.md's session-31 section, printed from this folder's files.
+"""The markdown tables of docs/results.md's session-31 section, printed from this folder's files with session
+30's table layout (results/compiled_s30/tables.py).
 
     python results/compiled_s31/tables.py
 """
 
-import json
+import importlib.util
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SHOW = ("ar", "ar_eager", "hf_generate", "suffix", "recycle", "pld", "lookahead", "jacobi", "layerskip", "qsd")
-LABEL = {"ar": "ar (compiled)", "ar_eager": "ar_eager (eager, default path)", "llamacpp": "llama.cpp, same prompts"}
-
-
-def cell(m: dict, name: str) -> str:
-    share = m.get("ar_step_share")
-    plain = name in ("ar", "ar_eager", "hf_generate", "llamacpp") or share is None
-    same = "-" if name == "llamacpp" else f"{m['identical_to_ar']:.0%}"
-    return f"{m['tokens_per_s']:.1f}, {m['speedup_vs_ar']:.2f}x, {'-' if plain else f'{share:.2f}'}, {same}"
+_spec = importlib.util.spec_from_file_location("tables_s30", HERE.parent / "compiled_s30" / "tables.py")
+_s30 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_s30)
 
 
 def table(files: dict[str, str]) -> str:
-    """One row per method, one column group per file: tok/s, vs compiled AR, AR-step share, same as AR."""
-    runs = {label: json.loads((HERE / f).read_text()) for label, f in files.items()}
-    names = [n for n in (*SHOW, "llamacpp") if any(n in r["methods"] for r in runs.values())]
-    lines = ["| method | " + " | ".join(f"{k}: tok/s, vs compiled AR, AR-step share, same as AR" for k in runs) + " |",
-             "|---|" + "---|" * len(runs)]
-    for n in names:
-        cells = [cell(r["methods"][n], n) if n in r["methods"] else "-" for r in runs.values()]
-        lines.append(f"| {LABEL.get(n, n)} | " + " | ".join(cells) + " |")
-    first = next(iter(runs.values()))
-    lines += ["", f"Hardware: {first['hardware']}; revision {first['revision']}."]
-    return "\n".join(lines)
+    return _s30.table(files, HERE)
 
 
 if __name__ == "__main__":
