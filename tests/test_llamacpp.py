@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from fastforward.bench.llamacpp import BUILD_HINT, VERSION, binary, gguf_type, parse_times
+from fastforward.bench.llamacpp import (
+    BUILD_HINT,
+    VERSION,
+    binary,
+    convert_hint,
+    gguf_file,
+    gguf_type,
+    parse_speculative,
+    parse_times,
+    spoken_after,
+)
 from fastforward.cli import main
 from fastforward.errors import FastForwardError
 
@@ -43,7 +53,7 @@ def _fake_build(root: Path, answer: str) -> Path:
     (root / "perf.txt").write_text(PERF)
     exe.write_text(f"#!/bin/sh\nprintf '%s [end of text]\\n' '{answer}'\ncat {root / 'perf.txt'} >&2\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    (root / "smollm2-F32.gguf").write_bytes(b"GGUF")
+    (root / "smollm2-135m-F32.gguf").write_bytes(b"GGUF")
     return exe
 
 
@@ -72,7 +82,95 @@ def test_bench_gets_a_llamacpp_row_timed_by_llamacpp(tmp_path: Path, capsys) -> 
 
 def test_bench_refuses_llamacpp_without_its_gguf(tmp_path: Path) -> None:
     _fake_build(tmp_path / "llama", "x")
-    (tmp_path / "llama" / "smollm2-F32.gguf").unlink()
+    (tmp_path / "llama" / "smollm2-135m-F32.gguf").unlink()
     argv = ["bench", "--dataset", "gsm8k", "--limit", "1", "--max-new-tokens", "4", "--dtype", "float32",
             "--path", "default", "--methods", "ar", "--llamacpp", str(tmp_path / "llama")]  # fmt: skip
     assert main(argv) == 2
+
+
+SPEC = """0.00.829.796 I encoded   17 tokens in    0.041 seconds, speed:  409.905 t/s
+0.00.829.798 I decoded   36 tokens in    0.488 seconds, speed:   73.701 t/s
+0.00.829.811 I n_draft   = 3
+0.00.829.811 I n_predict = 36
+0.00.829.811 I n_drafted = 27
+0.00.829.811 I n_accept  = 20
+0.00.829.811 I accept    = 74.074%
+"""
+
+
+def test_parse_speculative_reads_its_summary() -> None:
+    seconds, decoded, drafted, accepted = parse_speculative(SPEC)
+    assert seconds == pytest.approx(0.529) and (decoded, drafted, accepted) == (36, 27, 20)
+    with pytest.raises(FastForwardError, match="no summary"):
+        parse_speculative(SPEC.split("0.00.829.811 I n_draft")[0])
+
+
+def test_the_speculative_answer_is_what_follows_the_echoed_prompt() -> None:
+    assert spoken_after("\n\n<|user|>hi<|end|>\nHello!\n\n", "<|user|>hi<|end|>\n") == "Hello!"
+    assert spoken_after("Hello!\n", "not echoed") == "Hello!"
+
+
+def test_each_registry_model_has_its_own_gguf_and_hint(tmp_path: Path) -> None:
+    (tmp_path / "qwen2.5-coder-1.5b-Q8_0.gguf").write_bytes(b"GGUF")
+    assert gguf_file(tmp_path, "qwen2.5-coder-1.5b", "Q8_0").name == "qwen2.5-coder-1.5b-Q8_0.gguf"
+    with pytest.raises(FastForwardError, match="MODEL=qwen2.5-coder-0.5b bash") as err:
+        gguf_file(tmp_path, "qwen2.5-coder-0.5b", "Q8_0")
+    assert "\n" not in str(err.value)
+    shipped = tmp_path / "shipped.gguf"
+    shipped.write_bytes(b"GGUF")
+    assert gguf_file(tmp_path, "smollm2-135m", "Q4_1", shipped) == shipped
+    assert "MODEL=" not in convert_hint("smollm2-135m")
+
+
+def test_a_build_without_the_speculative_program_is_one_line(tmp_path: Path) -> None:
+    _fake_build(tmp_path / "llama", "x")
+    with pytest.raises(FastForwardError, match="no llama-speculative-simple"):
+        binary(tmp_path / "llama", "llama-speculative-simple")
+
+
+def test_bench_refuses_llamacpp_for_a_model_outside_the_registry(tmp_path: Path) -> None:
+    _fake_build(tmp_path / "llama", "x")
+    argv = ["bench", "--model", str(tmp_path / "mine"), "--dataset", "gsm8k", "--limit", "1",
+            "--methods", "ar", "--llamacpp", str(tmp_path / "llama")]  # fmt: skip
+    assert main(argv) == 2
+
+
+def _fake_speculative(root: Path, answer: str) -> None:
+    """Beside :func:`_fake_build`'s program: a llama-speculative-simple that echoes the prompt file (its -f
+    argument), answers and prints llama.cpp's summary."""
+    exe = (
+        root
+        / f"llama_cpp_python-{VERSION}"
+        / "vendor"
+        / "llama.cpp"
+        / "build"
+        / "bin"
+        / "llama-speculative-simple"
+    )
+    (root / "spec.txt").write_text(SPEC)
+    exe.write_text(
+        "#!/bin/sh\n"
+        'while [ "$#" -gt 0 ]; do [ "$1" = -f ] && f=$2; shift; done\n'
+        f"printf '\\n\\n'; cat \"$f\"; printf '%s\\n\\n' '{answer}'\ncat {root / 'spec.txt'} >&2\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+
+
+def test_bench_with_a_draft_gets_a_llamacpp_sd_row(tmp_path: Path) -> None:
+    root = tmp_path / "llama"
+    _fake_build(root, "The answer is 4.")
+    _fake_speculative(root, "The answer is 4.")
+    out = tmp_path / "run.json"
+    argv = [
+        "bench", "--draft", "smollm2-135m", "--dataset", "gsm8k", "--limit", "1", "--max-new-tokens", "8",
+        "--dtype", "float32", "--path", "default", "--methods", "ar,sd", "--warmup", "0",
+        "--llamacpp", str(root), "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    methods = json.loads(out.read_text())["methods"]
+    assert set(methods) == {"ar", "sd", "llamacpp", "llamacpp_sd"}
+    row = methods["llamacpp_sd"]
+    assert row["tokens_per_s"] == pytest.approx(36 / 0.529)
+    # 36 tokens in 36 - 20 target forwards, each fed its share of the 27 drafted tokens and the last one
+    assert row["target_forwards"] == 16 and row["mean_accepted_tokens"] == pytest.approx(36 / 16)
+    assert row["ar_step_share"] == 0.0 and row["lossless"] is None

@@ -58,8 +58,8 @@ def _isa(bench: dict[str, Any]) -> str | None:
 
 def _engine(method: str, engine: str) -> str:
     """What ran a bench row: transformers' ``generate()`` and ``ar_eager`` are eager whatever the run's
-    engine; the ``llamacpp`` row is llama.cpp."""
-    if method == "llamacpp":
+    engine; the ``llamacpp`` and ``llamacpp_sd`` rows are llama.cpp."""
+    if method.startswith("llamacpp"):
         return "llamacpp"
     return "eager" if method.startswith("hf_") or method == "ar_eager" else engine
 
@@ -99,7 +99,7 @@ def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dic
                 # int8/int4 kernels take bf16 activations: their agreement is no fp32 exactness check; llama.cpp's
                 # text re-tokenized by us is no token-level comparison at all
                 "identical_to_ar_fp32": m["identical_to_ar"]
-                if bench["dtype"] == "float32" and quantized == "full" and name != "llamacpp"
+                if bench["dtype"] == "float32" and quantized == "full" and not name.startswith("llamacpp")
                 else None,
                 "isa": _isa(bench),
             }

