@@ -17,6 +17,7 @@ import torch
 from fastforward.core.compiled import BUCKETS, bucket, compiled, tier, tiers
 from fastforward.core.engine import Block, ModelEngine, compile_forward
 from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.speculative import draft_models
 from tests.conftest import greedy_config, make_tiny
 
 # repetitive, so prompt lookup and lookahead find guesses and verify several tokens per step
@@ -389,3 +390,52 @@ def test_building_a_package_leaves_no_copy_of_its_library_in_inductor_s_cache(tm
         libraries = [Path(n).name for n in z.namelist() if n.endswith(".so")]
     assert libraries
     assert not [f for name in libraries for f in Path(cache_dir()).glob(f"*/{name}")]
+
+
+def test_a_compiled_draft_feeds_as_the_eager_one_does() -> None:
+    """:meth:`ModelEngine.feed` on a compiled draft: the prompt (a fixed-cache prefill), one token (the
+    1-token graph), three (one by one through it) and seven (one eager forward on the same cache) give the
+    logits the eager draft gives, and only the 1-token graph ever compiles."""
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=512, mode=None)  # the prompt + DRAFT_ROOM + a bucket
+    ref, out = ModelEngine(eager.model, widths=(1,)), ModelEngine(fast.model, widths=(1,))
+    with torch.inference_mode():
+        for feed in (PROMPT, [4], [9, 10, 11], [20, 21, 22, 23, 24, 25, 26]):
+            torch.testing.assert_close(out.feed(feed), ref.feed(feed), rtol=1e-4, atol=1e-4)
+    assert out.ran == "compiled" and runner.used == {1} and out.lengths == ref.lengths
+    out.close()
+
+
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("layerskip", {"gamma_auto": False, "layers": 1}),  # the target's first layer drafts
+        ("sd", {"gamma_auto": False, "lookup_first": True}),  # long catch-ups after lookup chains
+    ],
+)
+def test_drafts_of_a_compiled_target_run_compiled_and_keep_tokens(pair, method, options) -> None:
+    eager, fast = pair
+    draft = make_tiny("llama", vocab=96, seed=SEED + 1) if method == "sd" else None
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
+    decoder = build_decoder(method, fast, draft, options)
+    (model,) = draft_models(decoder.drafter)
+    assert compiled(model) is not None  # compiled because the target is
+    for _ in range(2):  # the draft's fixed cache is given back after each request
+        out = decoder.generate(PROMPT, greedy_config(40))
+        assert out.tokens == ref
+        assert out.stats.extras["draft_forward"] == "compiled" and out.stats.extras["forward"] == "compiled"
+    assert compiled(model).used == {1}
+
+
+def test_a_batch_drafts_eagerly_beside_the_compiled_target(pair) -> None:
+    """A batch's rows draft side by side on the draft's own batched cache: eager, since a compiled draft's
+    fixed cache serves one row; the tokens are still AR's."""
+    from fastforward.core.batching import batched
+
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(16)).tokens
+    decoder = build_decoder("layerskip", fast, None, {"gamma_auto": False, "layers": 1})
+    (model,) = draft_models(decoder.drafter)
+    for req in batched(decoder, max_batch_size=2).generate_many([PROMPT, PROMPT], greedy_config(16)):
+        assert req.result.tokens == ref
+    assert not compiled(model).used

@@ -194,7 +194,8 @@ class LlamaCppSpeculative:
             ]  # fmt: skip
             stdout, stderr, wall = run_tool(argv, self.exe)
         seconds, decoded, drafted, accepted = parse_speculative(stderr)
-        answer = spoken_after(stdout, text)
+        # it echoes the prompt first, with or without its special tokens spelled out
+        answer = spoken_after(stdout, text, self.tokenizer.decode(list(prompt_ids), skip_special_tokens=True))
         tokens = self.tokenizer.encode(answer, add_special_tokens=False)[: config.max_new_tokens]
         stats = DecodeStats(
             method=SD_NAME, prompt_tokens=len(prompt_ids), new_tokens=decoded, wall_time_s=seconds
@@ -211,8 +212,11 @@ class LlamaCppSpeculative:
         return GenerationResult(tokens=tokens, stats=stats)
 
 
-def spoken_after(stdout: str, prompt: str) -> str:
-    """The generated text of a llama.cpp example that echoes its prompt before the answer."""
-    at = stdout.find(prompt)
-    body = stdout[at + len(prompt) :] if at >= 0 else stdout
-    return body.replace("[end of text]", "").strip("\n")
+def spoken_after(stdout: str, *prompts: str) -> str:
+    """The generated text of a llama.cpp example that echoes its prompt before the answer: what follows the
+    first of ``prompts`` (renderings of the prompt) found in ``stdout``, else all of it."""
+    for prompt in prompts:
+        at = stdout.find(prompt)
+        if at >= 0:
+            return stdout[at + len(prompt) :].replace("[end of text]", "").strip("\n")
+    return stdout.replace("[end of text]", "").strip("\n")

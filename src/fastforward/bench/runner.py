@@ -26,6 +26,7 @@ from fastforward.core.engine import warm_buckets
 from fastforward.core.metrics import DecodeTotals, generation_record
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
+from fastforward.decoders.speculative import draft_models
 from fastforward.errors import FastForwardError
 from fastforward.log import log
 from fastforward.models.loading import LoadedModel
@@ -121,6 +122,11 @@ def warm_graphs(target: LoadedModel, decoders: Mapping[str, Decoder], sizes: tup
     widths = (1,) if ar_only else BUCKETS
     spent = warm_buckets(target.model, widths, sizes=sizes)
     which = "the 1-token bucket" if ar_only else "every width bucket"
+    drafts = {id(m): m for d in decoders.values() for m in draft_models(getattr(d, "drafter", None))}
+    for model in drafts.values():  # a compiled draft steps through its 1-token graph (ModelEngine.feed)
+        spent += warm_buckets(model, (1,), sizes=sizes)
+    if drafts:
+        which += f" (and the 1-token bucket of {len(drafts)} draft model{'s' * (len(drafts) > 1)})"
     if any(reads_hidden_states(d) for d in decoders.values()):
         spent += warm_buckets(target.model, widths, hidden=True, sizes=sizes)
         which += ", with and without hidden states,"

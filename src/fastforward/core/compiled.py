@@ -226,6 +226,7 @@ class CompiledForward:
         self.failed: str | None = None  # why compiling failed (then every forward runs eagerly)
         self._seen: set[tuple[int, bool, int]] = set()
         self._lock = threading.Lock()
+        self.mode = mode
         self.graphs = mode == "reduce-overhead"  # CUDA graphs per bucket
         self._fn: Callable[..., Any] = torch.compile(self._forward, dynamic=False, mode=mode)
         # AOTInductor packages on disk (CPU): built once per key, loaded by every later process

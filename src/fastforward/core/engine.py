@@ -226,7 +226,21 @@ def compile_forward(
     return runner
 
 
+def compile_draft(draft: torch.nn.Module, target: torch.nn.Module) -> CompiledForward | None:
+    """Give a draft model (a smaller model, a quantized copy or a layer view of the target) compiled forwards
+    like its target's (same capacity, mode and package store) when the target has them, so ``--compile on``
+    covers the whole step: an eager draft token costs a compiled target step or more on a CPU, which left
+    every draft-model method below compiled AR. The draft's engine runs only the 1-token graph
+    (:meth:`ModelEngine.feed`), so it compiles one package per cache size."""
+    runner = compiled(target)
+    if runner is None or compiled(draft) is not None:
+        return compiled(draft)
+    return compile_forward(draft, runner.capacity, runner.mode, runner.store)
+
+
 PREFILL_CHUNK = 512  # prompt tokens per prefill forward: bounds attention's [heads, chunk, context] scores
+DRAFT_ROOM = 256  # slots a compiled draft's fixed cache keeps free past its prompt, unless told its request's
+DRAFT_SPLIT = 4  # a compiled draft feeds up to this many tokens one by one through its 1-token graph
 
 
 def prefill(
@@ -311,9 +325,12 @@ class ModelEngine:
 
     name = "padded"
 
-    def __init__(self, model: torch.nn.Module, use_compiled: bool = True) -> None:
+    def __init__(
+        self, model: torch.nn.Module, use_compiled: bool = True, widths: Sequence[int] = BUCKETS
+    ) -> None:
         self.model = model
         self.use_compiled = use_compiled  # False: eager even when the model has a compiled forward
+        self.widths = tuple(widths)  # the compiled widths this engine runs; others run eagerly on its cache
         self.cache: SlotCache | FixedCache | None = None
         self.lengths: list[int] = []
         self._start = 0
@@ -349,14 +366,14 @@ class ModelEngine:
         self.lengths = [ids.shape[1]]
         return out
 
-    def _fixed_prefill(self, ids: torch.Tensor, hidden: bool, chunk: int = PREFILL_CHUNK) -> Any:
-        """The prompt into the compiled forward's fixed cache, eagerly, ``chunk`` tokens per forward (as
-        :func:`prefill`)."""
+    def _fixed_prefill(self, ids: torch.Tensor, hidden: bool, chunk: int = PREFILL_CHUNK, at: int = 0) -> Any:
+        """The prompt (or, from slot ``at``, more of it) into the compiled forward's fixed cache, eagerly,
+        ``chunk`` tokens per forward (as :func:`prefill`)."""
         assert self._runner is not None and isinstance(self.cache, FixedCache)
         param = next(self.model.parameters())
         parts = []
-        for s in range(0, ids.shape[1], max(1, chunk)):
-            part = ids[:, s : s + chunk]
+        for s in range(at, at + ids.shape[1], max(1, chunk)):
+            part = ids[:, s - at : s - at + chunk]
             t = part.shape[1]
             _, pos, mask = block_inputs(
                 self.model,
@@ -371,7 +388,7 @@ class ModelEngine:
             self.cache.write_at(s, t, ids.device)
             parts.append(self._runner.prefill(part, pos, mask, hidden))
             self.cache.advance(s + t)
-        self.lengths = [ids.shape[1]]
+        self.lengths = [at + ids.shape[1]]
         return joined(parts, hidden)
 
     def add(self, cache: Any, length: int) -> None:
@@ -394,7 +411,7 @@ class ModelEngine:
         if self._runner is not None and self._start + k > self.cache.capacity:
             self._leave_fixed_cache("eager (outgrew the compiled forward's fixed cache mid-request)")
         width = bucket(k) if self._runner is not None else None
-        if width is not None and self._start + width <= self.cache.capacity:
+        if width in self.widths and self._start + width <= self.cache.capacity:
             return self._fixed_forward(blocks, pad_id, hidden, width, param)
         ids, pos, mask = block_inputs(
             m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
@@ -446,21 +463,48 @@ class ModelEngine:
         rows = [states[r, :n] for r, n in enumerate(sizes)] if states is not None else None
         return Forward(logits, sizes, rows, fed, ms)
 
-    def feed(self, tokens: Sequence[int], head: bool = True) -> torch.Tensor:
+    def feed(self, tokens: Sequence[int], head: bool = True, room: int = DRAFT_ROOM) -> torch.Tensor:
         """Batch 1, drafting: ``tokens`` after row 0's cached ones (a draft model catching up and stepping),
         all kept; what follows the last of them: the next-token logits [V] (only that position goes through
         the LM head), or with ``head=False`` the decoder's last hidden state [d], for a draft that scores a
-        reduced vocabulary with its own head. The first call opens the row on an empty cache."""
-        if self.cache is None:
-            self.cache, self.lengths = SlotCache(), [0]
-        n, k = self.lengths[0], len(tokens)
+        reduced vocabulary with its own head. The first call opens the row on an empty cache.
+
+        A draft with compiled forwards (:func:`fastforward.core.compiled.compile_draft`) opens its row in the
+        smallest fixed cache with ``room`` slots to spare (the tokens its request may still commit, so the
+        draft's cache is the size of its target's) and steps through its compiled graphs:
+        a feed of up to :data:`DRAFT_SPLIT` tokens goes one token per forward through the 1-token graph (a
+        draft compiles only the widths this engine was given), a longer catch-up in one eager forward on the
+        same cache; a row that outgrows the cache goes on eagerly (:attr:`ran` says so)."""
         dev = next(self.model.parameters()).device
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=dev)
+        if self.cache is None:
+            if head and self.use_compiled and compiled(self.model) is not None:
+                return self.start(ids, capacity=ids.shape[1] + room).logits[0, -1]
+            self.cache, self.lengths = SlotCache(), [0]
+        n, k = self.lengths[0], len(tokens)
+        if self._runner is not None and n + k + 1 > self.cache.capacity:
+            self._leave_fixed_cache("eager (outgrew the compiled forward's fixed cache mid-request)")
+        if self._runner is not None:
+            return self._fixed_feed(ids)
         pos = torch.arange(n, n + k, device=dev)[None]
         res = model_call(self.model, ids, pos, None, self.cache, keep=1, head=head)
         out = res.logits[0, -1] if head else res.last_hidden_state[0, -1]
         self.lengths[0] = n + k
         return out
+
+    def _fixed_feed(self, ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`feed` on the compiled forward's fixed cache: the next-token logits after ``ids`` [1, k]."""
+        k = ids.shape[1]
+        if bucket(k) in self.widths:
+            out = self.forward([Block.chain(ids[0].tolist())])
+            self.keep([list(range(k))])
+            return out.logits[0][k - 1]
+        if k <= DRAFT_SPLIT and 1 in self.widths:
+            for t in ids[0].tolist():
+                out = self.forward([Block.chain([t])])
+                self.keep([[0]])
+            return out.logits[0][0]
+        return self._fixed_prefill(ids, hidden=False, at=self.lengths[0]).logits[0, -1]
 
     def keep(self, paths: Sequence[Sequence[int]]) -> None:
         """After :meth:`forward`: row b keeps the nodes ``paths[b]`` (ascending, node 0 first) of its block,

@@ -49,6 +49,7 @@ import torch
 
 from fastforward.core.acceptance import CONSULTANT_EPS, TYPICAL_EPS, rule_for
 from fastforward.core.decoder import require_draft
+from fastforward.core.engine import compile_draft
 from fastforward.core.options import build_config, opt
 from fastforward.core.vocab import RestrictedHead, head_weight
 from fastforward.data.vocab_corpus import subset_for
@@ -203,10 +204,22 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
                 "lookup_first needs ngram_max >= 2 (a 1-token match does not replace the draft)"
             )
         drafter = LookupFirstDrafter(lookup, drafter)
+    for model in draft_models(drafter):  # --compile on: the draft steps through compiled graphs too
+        compile_draft(model, target.model)
     rule = rule_for(name if name in LOSSY else "exact", o.eps, o.alpha, o.beta)
     return SpeculativeDecoder(
         target.model, drafter, rule, spec, name, needs_draft=name in (*DRAFT_MODEL_METHODS, "sd-cross")
     )
+
+
+def draft_models(drafter) -> list[torch.nn.Module]:
+    """The models a drafter runs (none for prompt lookup)."""
+    for inner in ("inner", "model"):  # a cross-tokenizer or lookup-first drafter wraps a model drafter
+        wrapped = getattr(drafter, inner, None)
+        if wrapped is not None and not isinstance(wrapped, torch.nn.Module):
+            return draft_models(wrapped)
+    model = getattr(drafter, "model", None)
+    return [model] if isinstance(model, torch.nn.Module) else []
 
 
 def draft_model(draft, o: SpecOptions) -> tuple[torch.nn.Module, RestrictedHead | None]:

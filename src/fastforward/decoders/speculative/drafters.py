@@ -13,20 +13,23 @@ distributions they were drawn from when sampling) and ``observe(accepted)`` afte
   the committed text is re-tokenized for the draft, and the draft's continuation for the target;
 - :class:`LookupFirstDrafter`: prompt lookup where the text repeats itself, a model drafter elsewhere.
 
-A drafter may also have ``extras() -> dict`` (counters summed into the run's stats). ``fresh()`` gives a
-drafter of the same configuration with state of its own (models and heads shared): one per batch row.
+A drafter may also have ``extras() -> dict`` (counters summed into the run's stats) and ``finish() -> dict``
+(the row is through: what ran its draft model, and the draft's compiled cache given back). ``fresh()`` gives
+a drafter of the same configuration with state of its own (models and heads shared): one per batch row.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from fastforward.core.acceptance import common_prefix
+from fastforward.core.compiled import compiled
 from fastforward.core.decoder import SamplingConfig
-from fastforward.core.engine import ModelEngine
+from fastforward.core.engine import DRAFT_ROOM, ModelEngine
 from fastforward.core.sampling import processed_probs, sample_from
 from fastforward.core.vocab import RestrictedHead
 from fastforward.decoders.ngram import NGramIndex, check_ngram_range
@@ -42,6 +45,9 @@ class DraftContext:
     sampling: SamplingConfig
     generator: torch.Generator | None
     eos_token_ids: tuple[int, ...] = ()
+    room: int = (
+        DRAFT_ROOM  # tokens the request may still commit: a compiled draft sizes its fixed cache by it
+    )
 
 
 @dataclass(frozen=True)
@@ -58,25 +64,44 @@ class ModelDrafter:
     ids, so verifiers see nothing different (probabilities are zero outside the subset)."""
 
     def __init__(
-        self, model: torch.nn.Module, stop_below: float = 0.0, head: RestrictedHead | None = None
+        self,
+        model: torch.nn.Module,
+        stop_below: float = 0.0,
+        head: RestrictedHead | None = None,
+        use_compiled: bool = True,
     ) -> None:
         self.model = model
         self.stop_below = stop_below  # stop drafting after a token the draft itself gives p < stop_below
         self.head = head
+        self.use_compiled = use_compiled  # the draft's compiled 1-token graph, when it has one
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.softcap = getattr(cfg, "final_logit_softcapping", None)  # Gemma 2: applied after the head
+        self.engine: ModelEngine | None = None
         self.reset()
 
     def reset(self) -> None:
-        self.engine = ModelEngine(self.model)
+        if self.engine is not None:
+            self.engine.close()  # gives a compiled draft's fixed cache back
+        self.engine = ModelEngine(self.model, self.use_compiled, widths=(1,))
         self.cached: list[int] = []  # the token ids whose KV the engine's row holds, in order
 
     def fresh(self) -> ModelDrafter:
-        return ModelDrafter(self.model, self.stop_below, self.head)
+        """A drafter for one row of a batch: eager, since a compiled draft's fixed cache serves one row at a
+        time and a batch's rows draft side by side."""
+        return ModelDrafter(self.model, self.stop_below, self.head, use_compiled=False)
 
-    def _next_logits(self, feed: list[int]) -> torch.Tensor:
+    def finish(self) -> dict[str, Any]:
+        """The row is through: what ran the draft's forwards (for the row's stats), and a compiled draft's
+        fixed cache given back for the next request or another decoder on the same draft."""
+        ran = self.engine.ran if self.engine is not None and compiled(self.model) is not None else None
+        if self.engine is not None:
+            self.engine.close()
+        self.cached = []
+        return {"draft_forward": ran} if ran else {}
+
+    def _next_logits(self, feed: list[int], room: int = DRAFT_ROOM) -> torch.Tensor:
         """Logits of the next token: over the vocabulary [V], or over the head's subset [K]."""
-        out = self.engine.feed(feed, head=self.head is None)
+        out = self.engine.feed(feed, head=self.head is None, room=room)
         self.cached += feed
         if self.head is None:
             return out
@@ -96,7 +121,7 @@ class ModelDrafter:
         probs: list[torch.Tensor] = []
         subset = None if self.head is None else self.head.subset
         for _ in range(ctx.gamma):
-            logits = self._next_logits(feed)  # [V], or [K] over the subset
+            logits = self._next_logits(feed, ctx.room + ctx.gamma)  # [V], or [K] over the subset
             if ctx.sampling.greedy:
                 idx = int(logits.argmax(-1))
                 confident = self.stop_below <= 0 or float(logits.float().softmax(-1)[idx]) >= self.stop_below
@@ -219,16 +244,23 @@ class CrossTokenizerDrafter:
 
     def fresh(self) -> CrossTokenizerDrafter:
         inner = self.inner
-        return CrossTokenizerDrafter(
+        out = CrossTokenizerDrafter(
             inner.model, self.draft_tok, self.target_tok, inner.stop_below, inner.head
         )
+        out.inner = inner.fresh()  # a batch row's: eager (see ModelDrafter.fresh)
+        return out
+
+    def finish(self) -> dict[str, Any]:
+        return self.inner.finish()
 
     def propose(self, ctx: DraftContext) -> Proposal:
         text = self.target_tok.decode(ctx.tokens, skip_special_tokens=False)
         draft_ids = self.draft_tok(text, add_special_tokens=False)["input_ids"]
         if not draft_ids:
             return Proposal([])
-        drafted = self.inner.propose(DraftContext(draft_ids, ctx.gamma, GREEDY, None, self.draft_eos))
+        drafted = self.inner.propose(
+            DraftContext(draft_ids, ctx.gamma, GREEDY, None, self.draft_eos, ctx.room)
+        )
         base = self.draft_tok.decode(draft_ids, skip_special_tokens=False)
         full = self.draft_tok.decode(draft_ids + drafted.tokens, skip_special_tokens=False)
         if not full.startswith(base):  # the draft rewrote the boundary (e.g. a split multi-byte character)
@@ -264,6 +296,9 @@ class LookupFirstDrafter:
 
     def fresh(self) -> LookupFirstDrafter:
         return LookupFirstDrafter(self.lookup.fresh(), self.model.fresh(), self.min_tokens)
+
+    def finish(self) -> dict[str, Any]:
+        return self.model.finish()
 
     def propose(self, ctx: DraftContext) -> Proposal:
         found = self.lookup.propose(ctx)

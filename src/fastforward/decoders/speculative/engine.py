@@ -145,7 +145,9 @@ class SpecProposer(Proposer):
                 continue
             cfg = row.run.config
             t0 = time.perf_counter()
-            ctx = DraftContext(row.sequence, st.budget, cfg.sampling, row.generator, cfg.eos_token_ids)
+            ctx = DraftContext(
+                row.sequence, st.budget, cfg.sampling, row.generator, cfg.eos_token_ids, row.room
+            )
             proposal = st.drafter.propose(ctx)
             st.draft_ms = (time.perf_counter() - t0) * 1e3
             drafts.append(Draft.chain(proposal.tokens, proposal.probs))
@@ -177,6 +179,8 @@ class SpecProposer(Proposer):
             extras.update(st.costs.extras())
         if hasattr(st.drafter, "extras"):
             extras.update(st.drafter.extras())
+        if hasattr(st.drafter, "finish"):  # the row is through: what ran the draft, and its cache given back
+            extras.update(st.drafter.finish())
         return extras
 
 
