@@ -3,7 +3,8 @@
 # llama.cpp's AR and its speculative decoding on the same GGUFs at the same precision, same run.
 # int8 weight-only (bf16 activations) against Q8_0: a package per width bucket holds its own copy of the
 # weights (~1.9 GB each for the int8 1.5B), which fits this disk; fp32 (~7 GB per bucket) does not.
-# The draft runs eager with int8 weights (draft_bits=8), against llama.cpp's Q8_0 0.5B draft.
+# The draft runs with int8 weights (draft_bits=8), compiled like the target since 4ac474b (files *_eagerdraft:
+# before, with an eager draft), against llama.cpp's Q8_0 0.5B draft.
 # Needs: bash recipes/llamacpp.sh build, then
 #   MODEL=qwen2.5-coder-1.5b KINDS="Q8_0 BF16" bash recipes/llamacpp.sh convert
 #   MODEL=qwen2.5-coder-0.5b KINDS="Q8_0 BF16" bash recipes/llamacpp.sh convert
