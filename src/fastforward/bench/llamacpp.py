@@ -194,8 +194,10 @@ class LlamaCppSpeculative:
             ]  # fmt: skip
             stdout, stderr, wall = run_tool(argv, self.exe)
         seconds, decoded, drafted, accepted = parse_speculative(stderr)
-        # it echoes the prompt first, with or without its special tokens spelled out
-        answer = spoken_after(stdout, text, self.tokenizer.decode(list(prompt_ids), skip_special_tokens=True))
+        # it echoes the prompt first, all of it or (0.3.36) all but its last token, which it decodes from
+        answer = spoken_after(
+            stdout, text, self.tokenizer.decode(list(prompt_ids)[:-1], skip_special_tokens=False)
+        )
         tokens = self.tokenizer.encode(answer, add_special_tokens=False)[: config.max_new_tokens]
         stats = DecodeStats(
             method=SD_NAME, prompt_tokens=len(prompt_ids), new_tokens=decoded, wall_time_s=seconds
