@@ -427,6 +427,22 @@ def test_drafts_of_a_compiled_target_run_compiled_and_keep_tokens(pair, method, 
     assert compiled(model).used == {1}
 
 
+def test_a_draft_that_never_ran_says_nothing_of_what_ran_it(pair) -> None:
+    """A request whose draft stayed off (gamma_auto found no draft length that pays) reports no
+    draft_forward, rather than the "eager" of an engine that never started; one that drafted says what ran."""
+    from fastforward.core.decoder import SamplingConfig
+    from fastforward.decoders.speculative.drafters import DraftContext
+
+    _, fast = pair
+    drafter = build_decoder("layerskip", fast, None, {"layers": 1}).drafter
+    drafter.reset()
+    assert drafter.finish() == {}
+    drafter.reset()
+    with torch.inference_mode():
+        drafter.propose(DraftContext(PROMPT, 2, SamplingConfig(), None, room=16))
+    assert drafter.finish() == {"draft_forward": "compiled"}
+
+
 def test_a_batch_drafts_eagerly_beside_the_compiled_target(pair) -> None:
     """A batch's rows draft side by side on the draft's own batched cache: eager, since a compiled draft's
     fixed cache serves one row; the tokens are still AR's."""

@@ -91,9 +91,11 @@ class ModelDrafter:
         return ModelDrafter(self.model, self.stop_below, self.head, use_compiled=False)
 
     def finish(self) -> dict[str, Any]:
-        """The row is through: what ran the draft's forwards (for the row's stats), and a compiled draft's
-        fixed cache given back for the next request or another decoder on the same draft."""
-        ran = self.engine.ran if self.engine is not None and compiled(self.model) is not None else None
+        """The row is through: what ran the draft's forwards (for the row's stats; nothing when the draft never
+        ran in this request, e.g. gamma_auto kept it off), and a compiled draft's fixed cache given back for
+        the next request or another decoder on the same draft."""
+        drafted = self.engine is not None and self.engine.cache is not None
+        ran = self.engine.ran if drafted and compiled(self.model) is not None else None
         if self.engine is not None:
             self.engine.close()
         self.cached = []
