@@ -9,6 +9,7 @@ the max-autotune kernels on real SmolLM2 are checked in the slow set."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,38 @@ def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path,
     assert "does not load" in capsys.readouterr().err
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert sorted(p.name for p in folder.glob("k*.pt2")) == sorted(f"{name}.pt2" for name in built)
+
+
+def test_a_loaded_package_leaves_no_unpacked_copy_on_disk(tmp_path, monkeypatch) -> None:
+    """AOTInductor unpacks a package into a folder under TMPDIR to load it; that folder is gone once the
+    load returns (it would otherwise hold a copy of the package for the process's life, and for good if the
+    process is killed), and the loaded package still gives eager AR's tokens."""
+    import torch._inductor
+
+    from fastforward.core import aot
+
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(fast.model, capacity=256, mode=None, store=tmp_path / "store")
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(12)).tokens
+    assert build_decoder("ar", fast).generate(PROMPT, greedy_config(12)).tokens == ref  # builds k1
+    (package,) = (tmp_path / "store").glob("*/k1-s256.pt2")
+    seen: list[Path] = []
+    real = torch._inductor.aoti_load_package
+
+    def spy(path: str):  # records where the loader unpacks
+        out = real(path)
+        seen.extend(Path(os.environ["TMPDIR"]).glob("aotinductor_*"))
+        return out
+
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", spy)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    again = make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(again.model, capacity=256, mode=None, store=tmp_path / "store")
+    out = build_decoder("ar", again).generate(PROMPT, greedy_config(12))
+    assert runner.startup["k1-s256"].keys() == {"loaded_s"} and out.tokens == ref
+    assert seen and not any(p.exists() for p in seen)
+    assert os.environ["TMPDIR"] == str(tmp_path) and not list(tmp_path.glob("aotinductor_*"))
+    assert aot.load(package) is not None and not list(tmp_path.glob("**/aotinductor_*"))
 
 
 def test_a_packaged_forward_gives_the_hidden_states_too(tmp_path) -> None:
