@@ -213,13 +213,15 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
 
 
 def draft_models(drafter) -> list[torch.nn.Module]:
-    """The models a drafter runs (none for prompt lookup)."""
+    """The draft models a drafter runs whole, the ones worth compiling (none for prompt lookup; none for a
+    reduced-vocabulary head, whose draft runs its decoder alone, eagerly: :meth:`ModelEngine.feed`)."""
     for inner in ("inner", "model"):  # a cross-tokenizer or lookup-first drafter wraps a model drafter
         wrapped = getattr(drafter, inner, None)
         if wrapped is not None and not isinstance(wrapped, torch.nn.Module):
             return draft_models(wrapped)
     model = getattr(drafter, "model", None)
-    return [model] if isinstance(model, torch.nn.Module) else []
+    whole = isinstance(model, torch.nn.Module) and getattr(drafter, "head", None) is None
+    return [model] if whole else []
 
 
 def draft_model(draft, o: SpecOptions) -> tuple[torch.nn.Module, RestrictedHead | None]:
