@@ -105,6 +105,15 @@ def parse_speculative(stderr: str) -> tuple[float, int, int, int]:
     return times["encoded"][1] + times["decoded"][1], times["decoded"][0], counts["drafted"], counts["accept"]
 
 
+def run_on_prompt(exe: Path, text: str, args: list[str]) -> tuple[str, str, float]:
+    """Run the llama.cpp program ``exe`` on the prompt ``text`` (written to a file it reads with ``-f``) with
+    ``args``; (stdout, stderr, wall seconds), or a one-line error."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as prompt:
+        prompt.write(text)
+        prompt.flush()
+        return run_tool([str(exe), "-f", prompt.name, *args], exe)
+
+
 def run_tool(argv: list[str], exe: Path) -> tuple[str, str, float]:
     """Run one llama.cpp program; (stdout, stderr, wall seconds), or a one-line error with its last line."""
     t0 = time.perf_counter()
@@ -139,15 +148,11 @@ class LlamaCppReference:
         from fastforward.core.stats import DecodeStats
 
         text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as prompt:
-            prompt.write(text)
-            prompt.flush()
-            argv = [
-                str(self.exe), "-m", str(self.gguf), "-f", prompt.name, "-n", str(config.max_new_tokens),
-                "-t", str(self.threads), "--temp", "0", "-no-cnv", "--no-warmup", "--no-display-prompt",
-                "-c", str(len(prompt_ids) + config.max_new_tokens + 16),
-            ]  # fmt: skip
-            stdout, stderr, wall = run_tool(argv, self.exe)
+        args = [
+            "-m", str(self.gguf), "-n", str(config.max_new_tokens), "-t", str(self.threads), "--temp", "0",
+            "-no-cnv", "--no-warmup", "--no-display-prompt", "-c", str(len(prompt_ids) + config.max_new_tokens + 16),
+        ]  # fmt: skip
+        stdout, stderr, wall = run_on_prompt(self.exe, text, args)
         seconds, runs = parse_times(stderr)
         answer = stdout.replace("[end of text]", "").strip("\n")
         tokens = self.tokenizer.encode(answer, add_special_tokens=False)[: config.max_new_tokens]
@@ -183,16 +188,12 @@ class LlamaCppSpeculative:
         from fastforward.core.stats import DecodeStats
 
         text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as prompt:
-            prompt.write(text)
-            prompt.flush()
-            argv = [
-                str(self.exe), "-m", str(self.gguf), "-md", str(self.draft_gguf), "-f", prompt.name,
-                "-n", str(config.max_new_tokens), "-t", str(self.threads), "-td", str(self.threads),
-                "--spec-type", "draft-simple", "--temp", "0",
-                "-c", str(len(prompt_ids) + config.max_new_tokens + 64),
-            ]  # fmt: skip
-            stdout, stderr, wall = run_tool(argv, self.exe)
+        args = [
+            "-m", str(self.gguf), "-md", str(self.draft_gguf), "-n", str(config.max_new_tokens),
+            "-t", str(self.threads), "-td", str(self.threads), "--spec-type", "draft-simple", "--temp", "0",
+            "-c", str(len(prompt_ids) + config.max_new_tokens + 64),
+        ]  # fmt: skip
+        stdout, stderr, wall = run_on_prompt(self.exe, text, args)
         seconds, decoded, drafted, accepted = parse_speculative(stderr)
         # it echoes the prompt first, all of it or (0.3.36) all but its last token, which it decodes from
         answer = spoken_after(
