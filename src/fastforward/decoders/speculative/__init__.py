@@ -213,15 +213,10 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
 
 
 def draft_models(drafter) -> list[torch.nn.Module]:
-    """The draft models a drafter runs whole, the ones worth compiling (none for prompt lookup; none for a
-    reduced-vocabulary head, whose draft runs its decoder alone, eagerly: :meth:`ModelEngine.feed`)."""
-    for inner in ("inner", "model"):  # a cross-tokenizer or lookup-first drafter wraps a model drafter
-        wrapped = getattr(drafter, inner, None)
-        if wrapped is not None and not isinstance(wrapped, torch.nn.Module):
-            return draft_models(wrapped)
-    model = getattr(drafter, "model", None)
-    whole = isinstance(model, torch.nn.Module) and getattr(drafter, "head", None) is None
-    return [model] if whole else []
+    """The draft models a drafter runs whole, the ones worth compiling (its ``models()``; none for prompt
+    lookup, which has none, and for a decoder that is not a drafter)."""
+    models = getattr(drafter, "models", None)
+    return models() if callable(models) else []
 
 
 def draft_model(draft, o: SpecOptions) -> tuple[torch.nn.Module, RestrictedHead | None]:

@@ -13,8 +13,9 @@ distributions they were drawn from when sampling) and ``observe(accepted)`` afte
   the committed text is re-tokenized for the draft, and the draft's continuation for the target;
 - :class:`LookupFirstDrafter`: prompt lookup where the text repeats itself, a model drafter elsewhere.
 
-A drafter may also have ``extras() -> dict`` (counters summed into the run's stats) and ``finish() -> dict``
-(the row is through: what ran its draft model, and the draft's compiled cache given back). ``fresh()`` gives
+A drafter may also have ``extras() -> dict`` (counters summed into the run's stats), ``finish() -> dict``
+(the row is through: what ran its draft model, and the draft's compiled cache given back) and ``models()``
+(the draft models it runs whole, the ones ``--compile on`` compiles). ``fresh()`` gives
 a drafter of the same configuration with state of its own (models and heads shared): one per batch row.
 """
 
@@ -89,6 +90,11 @@ class ModelDrafter:
         """A drafter for one row of a batch: eager, since a compiled draft's fixed cache serves one row at a
         time and a batch's rows draft side by side."""
         return ModelDrafter(self.model, self.stop_below, self.head, use_compiled=False)
+
+    def models(self) -> list[torch.nn.Module]:
+        """The draft model, run whole; none with a reduced-vocabulary head (the draft's decoder then runs
+        alone, eagerly: :meth:`ModelEngine.feed`), so nothing is compiled for it."""
+        return [self.model] if self.head is None else []
 
     def finish(self) -> dict[str, Any]:
         """The row is through: what ran the draft's forwards (for the row's stats; nothing when the draft never
@@ -255,6 +261,9 @@ class CrossTokenizerDrafter:
     def finish(self) -> dict[str, Any]:
         return self.inner.finish()
 
+    def models(self) -> list[torch.nn.Module]:
+        return self.inner.models()
+
     def propose(self, ctx: DraftContext) -> Proposal:
         text = self.target_tok.decode(ctx.tokens, skip_special_tokens=False)
         draft_ids = self.draft_tok(text, add_special_tokens=False)["input_ids"]
@@ -301,6 +310,9 @@ class LookupFirstDrafter:
 
     def finish(self) -> dict[str, Any]:
         return self.model.finish()
+
+    def models(self) -> list[torch.nn.Module]:
+        return self.model.models()
 
     def propose(self, ctx: DraftContext) -> Proposal:
         found = self.lookup.propose(ctx)
