@@ -488,3 +488,19 @@ def test_a_batch_drafts_eagerly_beside_the_compiled_target(pair) -> None:
     for req in batched(decoder, max_batch_size=2).generate_many([PROMPT, PROMPT], greedy_config(16)):
         assert req.result.tokens == ref
     assert not compiled(model).used
+
+
+def test_layerskip_drafts_on_the_compiled_target_s_own_cache(pair) -> None:
+    """A layer-skip draft is the target's first layers: it drafts through its compiled 1-token graph on a view
+    of the target's fixed cache (the same layer objects) and rolls the length back, so the target's next
+    forward finds its cache as it left it: the tokens are AR's, request after request."""
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
+    decoder = build_decoder("layerskip", fast, None, {"gamma_auto": False, "layers": 1})
+    (view,) = draft_models(decoder.drafter)
+    for _ in range(2):
+        out = decoder.generate(PROMPT, greedy_config(40))
+        assert out.tokens == ref and out.stats.extras["spec_proposed"] > 0
+        assert out.stats.extras["draft_forward"] == "compiled"
+    assert compiled(view).cache.layers[0] is compiled(fast.model).cache.layers[0]
+    assert compiled(view).used == {1}

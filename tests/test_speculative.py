@@ -13,6 +13,7 @@ from fastforward.core.pacing import CostTracker, best_gamma, expected_tokens
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.ngram import find_ngram_continuation
 from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.speculative import draft_models
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model
 
@@ -472,3 +473,26 @@ def test_seeded_sampling_with_the_default_schedule_reproduces():
     ex = first.stats.extras
     assert len(ex["spec_proposed_per_position"]) <= 3  # never more than the fixed gamma ...
     assert 3 * ex["spec_steps"] - ex["spec_gamma_sum"] <= 1 + 2 + 3  # ... less only near max_new_tokens
+
+
+def test_layerskip_never_feeds_its_draft_the_prompt() -> None:
+    """Eager target: the layer-skip draft drafts on the target's own cache (its first layers already hold
+    every committed token), so each draft forward feeds one token, the anchor or its own last guess; no
+    prefill of the prompt, no catch-up after the target's steps. The target's cache is rolled back after
+    each proposal: the tokens are AR's."""
+    target = make_tiny("llama", vocab=96, seed=4)
+    prompt = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3
+    cfg = greedy_config(30)
+    ref = ARDecoder(target.model).generate(prompt, cfg).tokens
+    decoder = build_decoder("layerskip", target, None, {"gamma": 3, "gamma_auto": False, "layers": 1})
+    fed: list[int] = []
+    (view,) = draft_models(decoder.drafter)
+    hook = view.register_forward_pre_hook(
+        lambda _m, args, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        out = decoder.generate(prompt, cfg)
+    finally:
+        hook.remove()
+    assert out.tokens == ref and out.stats.extras["spec_proposed"] > 0
+    assert fed and set(fed) == {1}

@@ -115,6 +115,9 @@ class Row:
     jumped: bool = (
         False  # this step's draft was the grammar's forced tokens, not the proposer's (jump-forward)
     )
+    # the engine holding this row alone (batch 1; None in a batch): a draft that is the target's own first
+    # layers drafts on its cache (:class:`fastforward.decoders.speculative.drafters.ModelDrafter`)
+    engine: Any = None
 
     @property
     def anchor(self) -> int:
@@ -569,7 +572,9 @@ class ProposerDecoder(Decoder):
         engine, out = self.prefill(prompt_ids, run, proposer.hidden_states)
         sampling = run.config.sampling
         request = Request(prompt_ids[0].tolist(), run.config)
-        row = Row(request, run, make_generator(sampling, self.device), rule=proposer.rule.start())
+        row = Row(
+            request, run, make_generator(sampling, self.device), rule=proposer.rule.start(), engine=engine
+        )
         run.commit([int(select_token(out.logits[0, -1], sampling, row.generator))])
         if not run.done:
             proposer.admit(row, out)

@@ -177,6 +177,22 @@ class FixedLayer(SlotLayer):
         return self.capacity
 
 
+def first_layers(cache: SlotCache | FixedCache, count: int) -> SlotCache | FixedCache:
+    """A cache whose layers ARE the first ``count`` layers of ``cache`` (the same objects, so writes land in
+    ``cache``'s buffers; a fixed cache's write positions are shared too). What a layer-skip draft, which is
+    the target's own first layers, drafts on: the target's cache already holds its keys and values for every
+    committed token, so the draft neither keeps a cache of its own nor catches one up after the target ran
+    alone. Its guesses' entries sit past the target's length (the target's next forward overwrites them)
+    until the drafter rolls the length back."""
+    if isinstance(cache, FixedCache):
+        view: SlotCache | FixedCache = FixedCache(cache.capacity)
+        view.slots = cache.slots
+    else:
+        view = SlotCache()
+    view.layers = list(cache.layers[:count])
+    return view
+
+
 class FixedSlots:
     """Where the next forward writes: slot indices shared by every :class:`FixedLayer` of one cache."""
 

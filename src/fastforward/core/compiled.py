@@ -246,12 +246,17 @@ class CompiledForward:
             self._caches[size] = FixedCache(size)
         return self._caches[size]
 
-    def acquire(self, need: int = 0) -> FixedCache | None:
+    def acquire(self, need: int = 0, cache: FixedCache | None = None) -> FixedCache | None:
         """The smallest tier's cache that holds ``need`` slots, emptied, if no other request holds the
-        compiled forward (else None: that request runs eagerly); the graphs then run over it."""
-        size = tier(self.capacity, need)
-        if size is None or not self._lock.acquire(blocking=False):
+        compiled forward (else None: that request runs eagerly); the graphs then run over it. With ``cache``
+        (a fixed cache of one of this forward's tiers, e.g. a layer view of the target's,
+        :func:`fastforward.core.cache.first_layers`) the graphs run over that one instead, as it is."""
+        size = tier(self.capacity, need) if cache is None else cache.capacity
+        if size not in tiers(self.capacity) or not self._lock.acquire(blocking=False):
             return None
+        if cache is not None:
+            self.cache = cache
+            return cache
         self.cache = self._tier_cache(size)
         self.cache.advance(0)
         return self.cache

@@ -367,6 +367,27 @@ class ModelEngine:
         self.lengths = [ids.shape[1]]
         return out
 
+    def borrow(self, cache: SlotCache | FixedCache, length: int) -> bool:
+        """Batch 1, drafting on another engine's cache: this engine's one row is the first ``length`` tokens
+        of ``cache`` (a layer view of the target's, :func:`fastforward.core.cache.first_layers`) and its
+        :meth:`feed` writes there; the caller rolls the length back after drafting (:meth:`truncate`). A
+        fixed cache runs through this model's compiled graphs, so it is borrowed only when they can take it
+        (False otherwise: nothing changed; the caller drafts on a cache of its own)."""
+        if isinstance(cache, FixedCache):
+            runner = compiled(self.model) if self.use_compiled else None
+            if runner is None:
+                return False
+            if self._runner is None or self._runner.cache.capacity != cache.capacity:
+                self.reset()
+                if runner.acquire(cache=cache) is None:
+                    return False
+                self._runner = runner
+            runner.cache, self.ran = cache, "compiled"
+        elif self._runner is not None:
+            self.reset()
+        self.cache, self.lengths = cache, [length]
+        return True
+
     def _fixed_prefill(self, ids: torch.Tensor, hidden: bool, chunk: int = PREFILL_CHUNK, at: int = 0) -> Any:
         """The prompt (or, from slot ``at``, more of it) into the compiled forward's fixed cache, eagerly,
         ``chunk`` tokens per forward (as :func:`prefill`)."""

@@ -9,7 +9,7 @@ rule (:mod:`fastforward.core.acceptance`, the one layer every method verifies th
 | sd-sample | draft model | rejection sampling (refuses temperature 0) |
 | sd-cross | draft model with another tokenizer (text re-tokenized both ways) | exact greedy |
 | pld | prompt lookup n-grams | exact |
-| layerskip | the target's first ``layers`` layers | exact |
+| layerskip | the target's first ``layers`` layers, drafting on the target's own cache at batch 1 | exact |
 | qsd | the target quantized to ``bits`` (int8 / int4, weight-only; ``models.quantize``) | exact |
 | typical | draft model | typical acceptance (LOSSY) |
 | consultant | draft model | Consultant Decoding EMA-NLL rule (LOSSY) |
@@ -189,7 +189,9 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
         view = shallow_view(target.model, o.layers or n_layers // 2)
-        drafter = ModelDrafter(view, o.draft_stop, draft_head(target, o))
+        drafter = ModelDrafter(
+            view, o.draft_stop, draft_head(target, o), shared_layers=len(view.model.layers)
+        )
     elif name == "qsd":
         source = qsd_source(target)
         head = draft_head(target, o, bits=o.bits, float_model=source)  # before the copy frees the float rows

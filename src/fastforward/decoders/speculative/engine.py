@@ -146,7 +146,7 @@ class SpecProposer(Proposer):
             cfg = row.run.config
             t0 = time.perf_counter()
             ctx = DraftContext(
-                row.sequence, st.budget, cfg.sampling, row.generator, cfg.eos_token_ids, row.room
+                row.sequence, st.budget, cfg.sampling, row.generator, cfg.eos_token_ids, row.room, row.engine
             )
             proposal = st.drafter.propose(ctx)
             st.draft_ms = (time.perf_counter() - t0) * 1e3
