@@ -74,8 +74,9 @@ def test_on_bf16_avx512_costs_a_paying_block_is_never_left():
     ar_ms, block_ms = curve(1), curve(16)
     gate = StepGate()
     rate, parallel = _simulate(gate, block_ms, ar_ms, lambda i: 2, 300)
-    assert gate.ar_steps == 1  # the opening measurement only
-    assert parallel == 299 and rate > 1.4 / ar_ms
+    # the opening measurement and every refresh: two AR steps each, one refresh per `refresh` parallel steps
+    assert gate.ar_steps == 2 + 2 * ((300 - gate.burst - 2) // (gate.refresh + 2))
+    assert parallel == 300 - gate.ar_steps and rate > 1.4 / ar_ms
 
 
 def test_a_burst_judges_a_method_whose_steps_build_on_each_other():
@@ -83,7 +84,7 @@ def test_a_burst_judges_a_method_whose_steps_build_on_each_other():
     Judged on single steps it would never run; judged on the burst mean (2 > cost ratio 1.5) it does."""
     gate = StepGate(burst=6)
     _, parallel = _simulate(gate, 15.0, 10.0, lambda i: 1 if i < 3 else 3, 100)
-    assert gate.ar_steps == 1 and parallel == 99
+    assert gate.ar_steps == 4 and parallel == 96  # two opening AR steps, two more after 64 parallel ones
 
 
 def test_a_losing_gate_probes_with_doubling_backoff_and_returns_when_the_text_pays():
@@ -96,6 +97,42 @@ def test_a_losing_gate_probes_with_doubling_backoff_and_returns_when_the_text_pa
     wait = 16 * 2 * 2  # the longest back-off in AR steps: backoff x burst x cost ratio
     assert gate.winning() and parallel >= 200 - wait - 1
     assert gate.ar_steps - ar_before <= wait and gate.backoff == 2
+
+
+def _switching(gate: StepGate, steps: int, tokens) -> tuple[float, int]:
+    """Steps whose cost depends on the one before, as measured on an AMX Xeon in fp32 (session 33): an AR
+    step costs 10 ms in a run of AR steps and 25 after a parallel step; a parallel step 25 ms. Returns
+    (tokens per ms, AR steps)."""
+    total_tokens = total_ms = 0.0
+    last = True
+    for i in range(steps):
+        par = gate.parallel()
+        n, ms = (tokens(i), 25.0) if par else (1, 25.0 if last else 10.0)
+        gate.record(par, n, ms)
+        total_tokens, total_ms, last = total_tokens + n, total_ms + ms, par
+    return total_tokens / total_ms, gate.ar_steps
+
+
+def test_the_first_ar_step_after_wide_ones_does_not_decide():
+    """The first AR step after wide ones costs what a wide one does (session 33: Jacobi and lookahead then
+    took 1-2 AR steps in a whole run and ran at 0.50-0.78x of AR). The gate measures AR on the second of
+    two AR steps and settles on AR steps."""
+    rate, ar_steps = _switching(StepGate(), 600, lambda i: 1 + (i % 12 == 0))
+    assert ar_steps > 500 and rate > 0.9 / 10.0
+    # a method that pays keeps running, re-measuring AR now and then
+    rate, ar_steps = _switching(StepGate(), 600, lambda i: 4)
+    assert ar_steps < 30 and rate > 3.5 / 25.0
+
+
+def test_a_winning_method_re_measures_ar_and_leaves_when_ar_got_cheaper():
+    """While the method wins, one AR step every `refresh` parallel steps keeps the AR estimate current: when
+    AR steps get cheaper than the estimate (it was measured in a slow moment), the gate finds out and
+    switches to AR."""
+    gate = StepGate(refresh=16)
+    _simulate(gate, 20.0, 30.0, lambda i: 1, 40)  # AR measured at 30 ms: a 20 ms step of 1 token wins
+    assert gate.winning()
+    _, parallel = _simulate(gate, 20.0, 10.0, lambda i: 1, 200)  # AR now costs 10 ms
+    assert not gate.winning() and parallel < 100
 
 
 def test_disabled_gate_is_always_parallel():

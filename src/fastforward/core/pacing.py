@@ -146,22 +146,30 @@ class StepGate:
 
     A method's parallel steps build on each other (a lookahead window needs N-1 steps before it yields
     n-grams, a Jacobi guess one step to refresh), so the parallel step is judged on *bursts* of ``burst``
-    consecutive steps, never on one. Opening: a burst, then an AR step; afterwards whichever has given more
-    tokens per ms (tokens per parallel step: the burst's mean, then a slow running average while the method
-    runs). While AR wins, a burst probes again after ``backoff * burst * cost ratio`` AR steps, so probing
-    costs at most ~1/backoff of the time however expensive the wide forward is; a burst that still loses
-    doubles the back-off (up to ``max_backoff``), one that wins resets it. ``enabled=False`` always answers
-    True (the method as configured)."""
+    consecutive steps, never on one. Opening: a burst, then two AR steps (the first AR sample is
+    provisional, :class:`Ema`, and the second replaces it); afterwards
+    whichever has given more tokens per ms (tokens per parallel step: the burst's mean, then a slow running
+    average while the method runs). While AR wins, a burst probes again after ``backoff * burst * cost
+    ratio`` AR steps, so probing costs at most ~1/backoff of the time however expensive the wide forward is;
+    a burst that still loses doubles the back-off (up to ``max_backoff``), one that wins resets it. While
+    the method wins, AR is measured again the same way (two AR steps, the second counts) every ``refresh``
+    parallel steps. Why two: the first AR step after wide ones is not what AR steps cost (session 33, an AMX
+    Xeon in fp32: 54-83 ms against 31 ms in a run of AR steps, the graphs of another width bucket having
+    run just before), and with one AR step as the estimate, Jacobi and lookahead never measured AR again and
+    ran at 0.50-0.78x of AR for whole runs. It costs a method that pays ~2/refresh of its gain.
+    ``enabled=False`` always answers True (the method as configured)."""
 
     enabled: bool = True
     burst: int = 4  # consecutive parallel steps per judgement (the opening and every probe)
     min_backoff: int = 8
     max_backoff: int = 64
+    refresh: int = 64  # while the method wins, one AR step after this many parallel steps in a row
     tokens: Ema = field(default_factory=lambda: Ema(decay=0.9))  # tokens committed per parallel step
     parallel_ms: Ema = field(default_factory=Ema)
     ar_ms: Ema = field(default_factory=Ema)
     backoff: int = 0  # probe spacing while AR wins (times burst and cost ratio, in AR steps)
     wait: int = 0  # AR steps since the last parallel step
+    run: int = 0  # parallel steps since the last AR step
     ar_steps: int = 0
     probes: int = 0
     _left: int = 0  # parallel steps left in the current burst
@@ -180,7 +188,7 @@ class StepGate:
     def reopen(self) -> None:
         """Forget every estimate and open with a burst again, as a new gate would (the estimates of a
         warm-up run must not decide the measured one)."""
-        fresh = StepGate(self.enabled, self.burst, self.min_backoff, self.max_backoff)
+        fresh = StepGate(self.enabled, self.burst, self.min_backoff, self.max_backoff, self.refresh)
         self.__dict__.update(fresh.__dict__)
 
     def begin(self) -> StepGate:
@@ -205,10 +213,13 @@ class StepGate:
         """The kind of the next step (:meth:`choose` without recording it)."""
         if not self.enabled or self._left > 0:
             return True
-        if self.ar_ms.value is None or self.parallel_ms.value is None:
-            return False  # the opening AR step
+        if self.ar_ms.value is None or self.parallel_ms.value is None or self.ar_ms.count < 2:
+            return False  # the opening AR steps: the second confirms the first (provisional) sample
         if self.winning():
-            return True
+            if self.run < self.refresh:
+                return True
+            self.ar_ms.demote()  # re-measure AR as the opening does: two AR steps, the second one counts
+            return False
         ratio = max(1.0, self.parallel_ms.value / self.ar_ms.value)
         if self.wait >= self.backoff * self.burst * ratio:
             self._left, self._sum = self.burst, 0  # a probe
@@ -228,9 +239,11 @@ class StepGate:
             self.ar_ms.add(ms)
             self.ar_steps += 1
             self.wait += 1
+            self.run = 0
             return
         self.parallel_ms.add(ms)
         self.wait = 0  # AR steps are counted from the last parallel one
+        self.run += 1
         if self._left <= 0:  # the method is running: a slow running average
             self.tokens.add(tokens)
             return
