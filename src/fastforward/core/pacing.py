@@ -146,24 +146,28 @@ class StepGate:
 
     A method's parallel steps build on each other (a lookahead window needs N-1 steps before it yields
     n-grams, a Jacobi guess one step to refresh), so the parallel step is judged on *bursts* of ``burst``
-    consecutive steps, never on one. Opening: a burst, then two AR steps (the first AR sample is
-    provisional, :class:`Ema`, and the second replaces it); afterwards
-    whichever has given more tokens per ms (tokens per parallel step: the burst's mean, then a slow running
-    average while the method runs). While AR wins, a burst probes again after ``backoff * burst * cost
-    ratio`` AR steps, so probing costs at most ~1/backoff of the time however expensive the wide forward is;
-    a burst that still loses doubles the back-off (up to ``max_backoff``), one that wins resets it. While
-    the method wins, AR is measured again the same way (two AR steps, the second counts) every ``refresh``
-    parallel steps. Why two: the first AR step after wide ones is not what AR steps cost (session 33, an AMX
-    Xeon in fp32: 54-83 ms against 31 ms in a run of AR steps, the graphs of another width bucket having
-    run just before), and with one AR step as the estimate, Jacobi and lookahead never measured AR again and
-    ran at 0.50-0.78x of AR for whole runs. It costs a method that pays ~2/refresh of its gain.
-    ``enabled=False`` always answers True (the method as configured)."""
+    consecutive steps, never on one. AR is judged on *stretches* of ``burst`` AR steps too, without their
+    first step: every switch from parallel steps to AR steps starts one. Opening: a burst, then an AR stretch; afterwards whichever has given more tokens per ms
+    (tokens per parallel step: the burst's mean, then a slow running average while the method runs). While
+    AR wins, a burst probes again after ``backoff * burst * cost ratio`` AR steps, so probing costs at most
+    ~1/backoff of the time however expensive the wide forward is; a burst that still loses doubles the
+    back-off (up to ``max_backoff``), one that wins resets it. While the method wins, an AR stretch measures
+    AR again after ``refresh`` parallel steps in a row, an interval that doubles (up to ``max_refresh``)
+    each time the method still wins after it, so a method that pays loses little of its gain to it.
+
+    Why stretches: the first AR steps after wide ones do not cost what AR steps cost (session 33, an AMX
+    Xeon in fp32: the first 54-133 ms and the second up to 39 ms, against 29-33 ms in a run of AR steps,
+    the graphs of another width bucket having run just before). With one AR step as AR's cost, Jacobi and
+    lookahead never measured AR again and ran at 0.50-0.78x of AR for whole runs; with the second of two, a
+    block at 1.2-2.5 tokens per step still looked as if it paid when it did not. ``enabled=False`` always
+    answers True (the method as configured)."""
 
     enabled: bool = True
     burst: int = 4  # consecutive parallel steps per judgement (the opening and every probe)
     min_backoff: int = 8
     max_backoff: int = 64
-    refresh: int = 64  # while the method wins, one AR step after this many parallel steps in a row
+    refresh: int = 64  # while the method wins, an AR stretch after this many parallel steps in a row
+    max_refresh: int = 1024
     tokens: Ema = field(default_factory=lambda: Ema(decay=0.9))  # tokens committed per parallel step
     parallel_ms: Ema = field(default_factory=Ema)
     ar_ms: Ema = field(default_factory=Ema)
@@ -173,6 +177,9 @@ class StepGate:
     ar_steps: int = 0
     probes: int = 0
     _left: int = 0  # parallel steps left in the current burst
+    _ar_left: int = 0  # AR steps left in the current AR stretch
+    _ar_ms: list[float] = field(default_factory=list)  # the current stretch's step times
+    _every: int = 0  # the current refresh interval
     _sum: int = 0  # tokens the current burst committed so far
     _at_begin: tuple[int, int] = (0, 0)
     _chosen: bool = True  # the kind of the step choose() gave last (observe() records that kind)
@@ -180,6 +187,7 @@ class StepGate:
     def __post_init__(self) -> None:
         self.backoff = self.min_backoff
         self._left = self.burst  # the opening burst
+        self._every = self.refresh
 
     @property
     def timed(self) -> bool:
@@ -188,7 +196,9 @@ class StepGate:
     def reopen(self) -> None:
         """Forget every estimate and open with a burst again, as a new gate would (the estimates of a
         warm-up run must not decide the measured one)."""
-        fresh = StepGate(self.enabled, self.burst, self.min_backoff, self.max_backoff, self.refresh)
+        fresh = StepGate(
+            self.enabled, self.burst, self.min_backoff, self.max_backoff, self.refresh, self.max_refresh
+        )
         self.__dict__.update(fresh.__dict__)
 
     def begin(self) -> StepGate:
@@ -213,18 +223,20 @@ class StepGate:
         """The kind of the next step (:meth:`choose` without recording it)."""
         if not self.enabled or self._left > 0:
             return True
-        if self.ar_ms.value is None or self.parallel_ms.value is None or self.ar_ms.count < 2:
-            return False  # the opening AR steps: the second confirms the first (provisional) sample
-        if self.winning():
-            if self.run < self.refresh:
-                return True
-            self.ar_ms.demote()  # re-measure AR as the opening does: two AR steps, the second one counts
-            return False
-        ratio = max(1.0, self.parallel_ms.value / self.ar_ms.value)
-        if self.wait >= self.backoff * self.burst * ratio:
-            self._left, self._sum = self.burst, 0  # a probe
-            self.probes += 1
-            return True
+        if self._ar_left > 0:
+            return False  # inside an AR stretch
+        if self.ar_ms.value is not None and self.parallel_ms.value is not None:
+            if self.winning():
+                if self.run < self._every:
+                    return True
+            else:
+                ratio = max(1.0, self.parallel_ms.value / self.ar_ms.value)
+                if self.wait >= self.backoff * self.burst * ratio:
+                    self._left, self._sum = self.burst, 0  # a probe
+                    self.probes += 1
+                    return True
+        if self.run > 0 or self.ar_ms.value is None:  # AR after parallel steps (or never measured): a stretch
+            self._ar_left, self._ar_ms = self.burst, []
         return False
 
     def observe(self, step: StepCost) -> None:
@@ -236,10 +248,20 @@ class StepGate:
         if not self.enabled:
             return
         if not parallel:
-            self.ar_ms.add(ms)
             self.ar_steps += 1
             self.wait += 1
             self.run = 0
+            if self._ar_left <= 0:  # AR winning: a running average
+                self.ar_ms.add(ms)
+                return
+            self._ar_ms.append(ms)
+            self._ar_left -= 1
+            if self._ar_left == 0:  # a stretch ends: its steps but the first give AR's cost
+                refreshed = self.ar_ms.value is not None and self.winning()
+                times = self._ar_ms[1:] or self._ar_ms
+                self.ar_ms.set(sum(times) / len(times))
+                if refreshed and self.winning():  # the method still wins: measure AR less often
+                    self._every = min(2 * self._every, self.max_refresh)
             return
         self.parallel_ms.add(ms)
         self.wait = 0  # AR steps are counted from the last parallel one
