@@ -147,8 +147,9 @@ class StepGate:
     A method's parallel steps build on each other (a lookahead window needs N-1 steps before it yields
     n-grams, a Jacobi guess one step to refresh), so the parallel step is judged on *bursts* of ``burst``
     consecutive steps, never on one. AR is judged on *stretches* of ``burst`` AR steps too, without their
-    first step: every switch from parallel steps to AR steps starts one. Opening: a burst, then an AR stretch; afterwards whichever has given more tokens per ms
-    (tokens per parallel step: the burst's mean, then a slow running average while the method runs). While
+    first step: every switch from parallel steps to AR steps starts one. Opening: a burst, then an AR
+    stretch; afterwards whichever has given more tokens per ms (tokens per parallel step: the burst's mean,
+    then a slow running average while the method runs). While
     AR wins, a burst probes again after ``backoff * burst * cost ratio`` AR steps, so probing costs at most
     ~1/backoff of the time however expensive the wide forward is; a burst that still loses doubles the
     back-off (up to ``max_backoff``), one that wins resets it. While the method wins, an AR stretch measures
@@ -178,7 +179,8 @@ class StepGate:
     probes: int = 0
     _left: int = 0  # parallel steps left in the current burst
     _ar_left: int = 0  # AR steps left in the current AR stretch
-    _ar_ms: list[float] = field(default_factory=list)  # the current stretch's step times
+    _ar_first: float = 0.0  # the current stretch's first step time (used only for a 1-step stretch)
+    _ar_sum: float = 0.0  # and the sum of its later ones
     _every: int = 0  # the current refresh interval
     _sum: int = 0  # tokens the current burst committed so far
     _at_begin: tuple[int, int] = (0, 0)
@@ -236,7 +238,7 @@ class StepGate:
                     self.probes += 1
                     return True
         if self.run > 0 or self.ar_ms.value is None:  # AR after parallel steps (or never measured): a stretch
-            self._ar_left, self._ar_ms = self.burst, []
+            self._ar_left, self._ar_first, self._ar_sum = self.burst, 0.0, 0.0
         return False
 
     def observe(self, step: StepCost) -> None:
@@ -254,12 +256,15 @@ class StepGate:
             if self._ar_left <= 0:  # AR winning: a running average
                 self.ar_ms.add(ms)
                 return
-            self._ar_ms.append(ms)
+            if self._ar_left == self.burst:
+                self._ar_first = ms
+            else:
+                self._ar_sum += ms
             self._ar_left -= 1
             if self._ar_left == 0:  # a stretch ends: its steps but the first give AR's cost
                 refreshed = self.ar_ms.value is not None and self.winning()
-                times = self._ar_ms[1:] or self._ar_ms
-                self.ar_ms.set(sum(times) / len(times))
+                later = self.burst - 1
+                self.ar_ms.set(self._ar_sum / later if later else self._ar_first)
                 if refreshed and self.winning():  # the method still wins: measure AR less often
                     self._every = min(2 * self._every, self.max_refresh)
             return
