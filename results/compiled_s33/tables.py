@@ -4,30 +4,21 @@
     python results/compiled_s33/tables.py
 """
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SHOW = ("ar", "ar_eager", "hf_generate", "suffix", "recycle", "pld", "sd", "lookahead", "jacobi", "layerskip", "qsd")
-REFERENCE = ("llamacpp", "llamacpp_sd")
-LABEL = {
-    "ar": "ar (compiled)",
-    "ar_eager": "ar_eager (eager, default path)",
-    "llamacpp": "llama.cpp AR, same prompts",
-    "llamacpp_sd": "llama.cpp speculative (0.5B draft), same prompts",
-}
-
-
-def cell(m: dict, name: str) -> str:
-    share = m.get("ar_step_share")
-    plain = name in ("ar", "ar_eager", "hf_generate", *REFERENCE) or share is None
-    same = "-" if name in REFERENCE else f"{m['identical_to_ar']:.0%}"
-    return f"{m['tokens_per_s']:.1f}, {m['speedup_vs_ar']:.2f}x, {'-' if plain else f'{share:.2f}'}, {same}"
+# session 32's rows, labels and cell format, reused (scripts here are files, not a package)
+_spec = importlib.util.spec_from_file_location("tables_s32", HERE.parent / "compiled_s32" / "tables.py")
+_s32 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_s32)
+SHOW, REFERENCE, LABEL, cell = _s32.SHOW, _s32.REFERENCE, _s32.LABEL, _s32.cell
 
 
 def table(files: dict[str, str]) -> str:
-    """One row per method, one column per file: tok/s, vs compiled AR, AR-step share, same as AR."""
+    """Session 32's table, skipping files not (yet) measured."""
     runs = {label: json.loads((HERE / f).read_text()) for label, f in files.items() if (HERE / f).exists()}
     if not runs:
         return ""
