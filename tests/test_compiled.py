@@ -245,12 +245,33 @@ def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path,
     assert sorted(p.name for p in folder.glob("k*.pt2")) == sorted(f"{name}.pt2" for name in built)
 
 
+def test_the_buckets_of_a_float32_model_share_one_copy_of_its_weights(tmp_path) -> None:
+    """A float32 model's packages keep their weights beside their libraries, and every bucket loaded in a
+    process runs on the same weight tensors (one copy in memory and in the CPU's caches, whichever width
+    runs), with eager AR's tokens; a second process-like forward over the same store shares them too."""
+    from fastforward.core import aot
+
+    eager = make_tiny("llama", vocab=96, seed=SEED)
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(24)).tokens
+    pools, runners = [], []  # both forwards kept alive: the pool holds a weight while a package uses it
+    for _ in range(2):
+        fast = make_tiny("llama", vocab=96, seed=SEED)
+        runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+        runners.append(runner)
+        assert build_decoder("pld", fast).generate(PROMPT, greedy_config(24)).tokens == ref
+        loaded = [run for run in runner._packages.values() if run is not None]
+        assert len(loaded) > 1 and all(isinstance(run, aot.SharedPackage) for run in loaded)
+        storages = [{t.untyped_storage().data_ptr() for t in run._weights} for run in loaded]
+        assert all(s == storages[0] for s in storages)  # not merely equal values: the same memory
+        pools.append(storages[0])
+    assert pools[0] == pools[1]
+    assert all(aot.shares_weights(p) for p in tmp_path.glob("*/k*.pt2"))
+
+
 def test_a_loaded_package_leaves_no_unpacked_copy_on_disk(tmp_path, monkeypatch) -> None:
     """AOTInductor unpacks a package into a folder under TMPDIR to load it; that folder is gone once the
     load returns (it would otherwise hold a copy of the package for the process's life, and for good if the
     process is killed), and the loaded package still gives eager AR's tokens."""
-    import torch._inductor
-
     from fastforward.core import aot
 
     eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
@@ -259,14 +280,18 @@ def test_a_loaded_package_leaves_no_unpacked_copy_on_disk(tmp_path, monkeypatch)
     assert build_decoder("ar", fast).generate(PROMPT, greedy_config(12)).tokens == ref  # builds k1
     (package,) = (tmp_path / "store").glob("*/k1-s256.pt2")
     seen: list[Path] = []
-    real = torch._inductor.aoti_load_package
+    real = torch._C._aoti.AOTIModelPackageLoader  # what every way of loading a package goes through
 
-    def spy(path: str):  # records where the loader unpacks
-        out = real(path)
-        seen.extend(Path(os.environ["TMPDIR"]).glob("aotinductor_*"))
-        return out
+    class Spy:  # the loader's class, recording where each construction unpacked its package
+        def __call__(self, *args: object) -> object:
+            out = real(*args)
+            seen.extend(Path(os.environ["TMPDIR"]).glob("aotinductor_*"))
+            return out
 
-    monkeypatch.setattr(torch._inductor, "aoti_load_package", spy)
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Spy())
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     again = make_tiny("llama", vocab=96, seed=SEED)
     runner = compile_forward(again.model, capacity=256, mode=None, store=tmp_path / "store")

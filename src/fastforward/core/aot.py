@@ -18,10 +18,23 @@ changes the compiled code or its weights (:func:`fingerprint`), so a changed mod
 torch, transformers or CPU ISA builds anew instead of loading a stale package. A package is written to a
 temporary name and renamed when whole, so two processes building the same one never leave a torn file.
 
-Cost: each package holds its own copy of the laid-out weights, plus the embedding table the kernels
-gather from: 0.66 GB per bucket for SmolLM2-135M fp32 (0.54 GB of parameters), so a run that uses buckets
-1, 2, 4 and 8 keeps ~2.6 GB on disk, and each loaded package holds its copy in memory too (buckets do not
-share weights yet: a 1.5B model in fp32 would need ~7 GB per bucket). Deleting ``<store>`` only costs the
+Weights shared by the buckets (``shared``, float32 models): each package is built with its laid-out
+weights beside the library instead of inside it (``data/weights``, one pickled tensor per file), and
+:func:`load` gives every loaded package of a process the same tensor for each weight file whose contents
+match (:class:`WeightPool`), so the buckets of one model read one copy of the weights.
+
+Why: with a copy per bucket, the steps of one width evicted the other widths' copies from the CPU's
+caches. On a 2-core AMX Xeon with a 480 MB L3 (SmolLM2 fp32), a 1-token step cost 31-34 ms in a run of
+1-token steps and 60-130 ms after 10-20 steps of another package; the same happened after 10-20 steps of
+a *second copy of the same 1-token package* (62 and 80 ms), so it is the copies, not the widths
+(results/compiled_s34/switch.txt). A decoder that mixes widths (a drafted block, then AR steps) paid it at
+every switch. Sharing needs the weights as plain tensors: oneDNN-prepacked (mkldnn) weights cannot be
+pickled, so these packages are built with ``cpp.weight_prepack`` off; in float32 the GEMMs that matter run
+on inductor's own templates, whose packed weights are plain tensors. bfloat16 models, whose GEMMs run on
+oneDNN's prepacked kernels (:func:`fastforward.core.compiled.gemm_backends`), keep a copy per package.
+
+Cost on disk: each package still holds its own copy (0.66 GB per bucket for SmolLM2-135M fp32, 0.54 GB
+of parameters); in memory a process holds one copy per distinct weight. Deleting ``<store>`` only costs the
 next run its compile.
 """
 
@@ -34,6 +47,7 @@ import os
 import tempfile
 import time
 import warnings
+import weakref
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,7 +57,7 @@ import torch
 
 from fastforward.core.cache import FixedCache, FixedLayer
 
-FORMAT = 2  # bump when Step's inputs or outputs change (the traced code's own source is hashed anyway)
+FORMAT = 3  # bump when Step's inputs or outputs change (the traced code's own source is hashed anyway)
 SAMPLE = 4096  # values hashed per weight tensor, at fixed pseudo-random positions over all of it
 # the code a package holds besides transformers' (whose version is hashed): a change to any of it rebuilds
 TRACED = (
@@ -180,12 +194,15 @@ def build(
     path: Path,
     autotune: bool,
     gemm: str,
+    shared: bool = False,
 ) -> None:
     """Export and compile :class:`Step` for ``example``'s shapes into the package ``path``, written whole or
     not at all (a temporary file, flushed, then renamed). Processes building the same package take turns
     (a lock file beside it) and a later one finds it built. ``autotune``: inductor's max-autotune GEMM
     templates (where the CPU speed comes from; off for tiny test models, where it only costs time);
-    ``gemm``: the GEMM backends autotuning chooses among (:func:`fastforward.core.compiled.gemm_backends`)."""
+    ``gemm``: the GEMM backends autotuning chooses among (:func:`fastforward.core.compiled.gemm_backends`);
+    ``shared``: weights kept beside the library, as plain tensors, for :func:`load` to share between
+    packages (module docstring)."""
     ids, pos, mask, where, *kv = example
     size = int(mask.shape[-1])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,6 +226,7 @@ def build(
                         "freezing": True,
                         "max_autotune": autotune,
                         "max_autotune_gemm_backends": gemm,
+                        **(SHARED_CONFIG if shared else {}),
                     },
                 )
             with part.open("rb") as f:
@@ -217,6 +235,89 @@ def build(
             drop_build_libraries(path)
         finally:
             part.unlink(missing_ok=True)
+
+
+SHARED_CONFIG = {
+    "aot_inductor.package_constants_in_so": False,
+    "aot_inductor.package_constants_on_disk_format": "pickle_weights",
+    "cpp.weight_prepack": False,  # mkldnn-prepacked weights cannot be pickled, so cannot be shared
+}
+WEIGHTS_DIR = "data/weights/"  # where a shared-weights package keeps its weight files
+WEIGHTS_CONFIG = "data/aotinductor/model/weights_config.json"  # weight name -> (file, shape, stride, offset)
+
+
+class WeightPool:
+    """The weight files of the shared-weights packages loaded in this process, one tensor per distinct file
+    contents, held for as long as a loaded package uses it.
+
+    A file is known by the names of the graph constants that view it, its size and its CRC-32 (both read
+    from the package's zip directory, so a file already in the pool is never read again). The packages of
+    one model differ only in the few weights their GEMM choices laid out differently; those have other
+    contents, so other sizes or checksums, and the names rule out two weights of one shape that happen to
+    share a checksum. Tokens equal to eager AR over every bucket are what the tests check."""
+
+    def __init__(self) -> None:
+        self._files: weakref.WeakValueDictionary[tuple[str, int, int], torch.Tensor] = (
+            weakref.WeakValueDictionary()
+        )
+        self.read_bytes = 0  # what was read from packages (the rest was shared)
+        self.shared_bytes = 0
+
+    def get(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, names: str) -> torch.Tensor:
+        """The tensor of the weight file ``info`` of ``archive``, viewed by the constants ``names``."""
+        import io
+
+        key = (names, info.file_size, info.CRC)
+        t = self._files.get(key)
+        if t is None:
+            t = torch.load(io.BytesIO(archive.read(info)), weights_only=True)
+            self._files[key] = t
+            self.read_bytes += info.file_size
+        else:
+            self.shared_bytes += info.file_size
+        return t
+
+
+POOL = WeightPool()
+
+
+class SharedPackage:
+    """A loaded shared-weights package: calls go to its runner; holds the weight tensors the runner points
+    at (it stores their addresses only: ``user_managed``)."""
+
+    def __init__(self, runner: Any, weights: list[torch.Tensor]) -> None:
+        self._runner, self._weights = runner, weights
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        return self._runner(*args)
+
+
+def _with_weights(runner: Any, path: Path) -> SharedPackage:
+    """Give ``runner`` (the package ``path``'s library, loaded without weights) its weights from
+    :data:`POOL`."""
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        root = next(n for n in names if n.endswith(WEIGHTS_CONFIG))[: -len(WEIGHTS_CONFIG)]
+        config = json.loads(z.read(root + WEIGHTS_CONFIG))
+        users: dict[str, list[str]] = {}
+        for weight, (name, *_) in config.items():
+            users.setdefault(name, []).append(weight)
+        files = {
+            name: POOL.get(z, z.getinfo(root + WEIGHTS_DIR + name), ",".join(sorted(weights)))
+            for name, weights in users.items()
+        }
+    weights = {
+        weight: files[name].as_strided(shape, stride, offset)
+        for weight, (name, shape, stride, offset) in config.items()
+    }
+    runner.load_constants(weights, check_full_update=True, user_managed=True)
+    return SharedPackage(runner, list(files.values()))
+
+
+def shares_weights(path: Path) -> bool:
+    """Whether the package ``path`` keeps its weights beside its library (built with ``shared``)."""
+    with zipfile.ZipFile(path) as z:
+        return any(n.endswith(WEIGHTS_CONFIG) for n in z.namelist())
 
 
 def drop_build_libraries(package: Path) -> list[Path]:
@@ -263,13 +364,21 @@ def load(path: Path) -> Callable[..., Any]:
     the int8 Qwen2.5-1.5B, 11 GB for a run's six buckets), and a killed process left its copies for good
     (session 32 found 6 GB of them in /tmp). Once loaded, the library is mapped and the folder is no longer
     read, so the package is unpacked into a folder of ours (``TMPDIR`` points there for the call) that is
-    removed as soon as the load returns."""
+    removed as soon as the load returns. A shared-weights package's library is loaded without weights and
+    given them from :data:`POOL`."""
+    shared = shares_weights(path)
     tempfile.gettempdir()  # Python's own temporary directory stays where it was, whatever TMPDIR does below
     with tempfile.TemporaryDirectory(prefix="fastforward-unpack-") as unpack:
         before = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = unpack
         try:
-            return torch._inductor.aoti_load_package(str(path))
+            if not shared:
+                return torch._inductor.aoti_load_package(str(path))
+            from torch.export.pt2_archive._package import load_pt2
+
+            return _with_weights(
+                load_pt2(str(path), load_weights_from_disk=False).aoti_runners["model"], path
+            )
         finally:
             if before is None:
                 os.environ.pop("TMPDIR", None)

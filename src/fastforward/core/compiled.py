@@ -172,6 +172,14 @@ def gemm_backends(dtype: torch.dtype) -> str:
     return "ATEN,TRITON,CPP" if dtype == torch.float32 else "ATEN"  # float32: inductor's default
 
 
+def shares_weights(dtype: torch.dtype) -> bool:
+    """Whether a CPU model in ``dtype`` builds packages whose buckets share one copy of the weights
+    (:mod:`fastforward.core.aot`): float32, whose GEMMs run on inductor's templates over plain tensors. Not
+    bfloat16/float16: their GEMMs are oneDNN's over prepacked weights (:func:`gemm_backends`), which cannot
+    leave a package to be shared."""
+    return dtype == torch.float32
+
+
 def share_kv_heads(model: torch.nn.Module) -> bool:
     """Run ``model``'s attention through :func:`gqa_sdpa` when it uses transformers' SDPA (through the public
     ``AttentionInterface`` registry and ``set_attn_implementation``; nothing is patched). Returns whether it
@@ -210,6 +218,10 @@ class CompiledForward:
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
         self.gemm = gemm_backends(next(model.parameters()).dtype)
+        self.shared_weights = shares_weights(next(model.parameters()).dtype)
+        # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
+        # installed by inductor on a process's first compile, so it is off before any compile (_build)
+        inductor_config.cpp.weight_prepack = not self.shared_weights
         # in-process CPU graphs (CUDA graphs tune no GEMMs)
         inductor_config.max_autotune_gemm_backends = self.gemm
         inductor_config.autotune_num_choices_displayed = 0  # no per-GEMM autotuning tables on stderr
@@ -325,7 +337,7 @@ class CompiledForward:
                 if not path.exists():
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
                     t0 = time.perf_counter()
-                    aot.build(self.model, self._step, example, hidden, path, self._autotune, self.gemm)
+                    self._build(example, hidden, path, what)
                     times["built_s"] = round(time.perf_counter() - t0, 2)
                 t0 = time.perf_counter()
                 try:
@@ -346,6 +358,26 @@ class CompiledForward:
             )
         return None
 
+    def _build(self, example: tuple[torch.Tensor, ...], hidden: bool, path: Path, what: str) -> None:
+        """Build one package (:func:`fastforward.core.aot.build`), its weights shared with the other buckets'
+        where this model's are (:func:`shares_weights`). A shared build that fails (this process compiled
+        something with oneDNN weight prepacking before: inductor installs that rewrite once per process, and
+        prepacked weights cannot be shared) is built again with its own copy of the weights, said in one
+        line: slower when widths switch, same tokens."""
+        from fastforward.core import aot
+
+        args = (self.model, self._step, example, hidden, path, self._autotune, self.gemm)
+        if self.shared_weights:
+            try:
+                aot.build(*args, shared=True)
+                return
+            except Exception as e:  # noqa: BLE001 - any failure of the shared form: the plain one may work
+                log(
+                    f"--compile: {what} could not keep its weights apart to share them ({_first_line(e)}); "
+                    "building it with its own copy"
+                )
+        aot.build(*args)
+
     def identity(self) -> str:
         """What a cost measured through these graphs is filed under: ``compiled-`` and the packages'
         fingerprint on a CPU store (a new model, weights, code or CPU gives new graphs, so new costs), else the
@@ -360,7 +392,9 @@ class CompiledForward:
         from fastforward.core import aot
 
         if self._fingerprint is None:
-            self._fingerprint = aot.fingerprint(self.model, self.shared_kv_heads, self._autotune)
+            self._fingerprint = aot.fingerprint(
+                self.model, self.shared_kv_heads, self._autotune, self.shared_weights
+            )
         return self._fingerprint
 
     def eager(
