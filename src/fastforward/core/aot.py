@@ -29,9 +29,11 @@ caches. On a 2-core AMX Xeon with a 480 MB L3 (SmolLM2 fp32), a 1-token step cos
 a *second copy of the same 1-token package* (62 and 80 ms), so it is the copies, not the widths
 (results/compiled_s34/switch.txt). A decoder that mixes widths (a drafted block, then AR steps) paid it at
 every switch. Sharing needs the weights as plain tensors: oneDNN-prepacked (mkldnn) weights cannot be
-pickled, so these packages are built with ``cpp.weight_prepack`` off; in float32 the GEMMs that matter run
-on inductor's own templates, whose packed weights are plain tensors. bfloat16 models, whose GEMMs run on
-oneDNN's prepacked kernels (:func:`fastforward.core.compiled.gemm_backends`), keep a copy per package.
+pickled, so these packages are built with ``cpp.weight_prepack`` off, and their GEMMs run as ATen's
+(MKL) matmuls over the plain weights, which inductor's GEMM templates only take prepacked. Measured
+there: the 1- and 16-token steps cost what the templates' did, the 8-token step more
+(results/compiled_s34/switch.txt). bfloat16 models, whose GEMMs run on oneDNN's prepacked kernels
+(:func:`fastforward.core.compiled.gemm_backends`), keep a copy per package.
 
 Cost on disk: each package still holds its own copy (0.66 GB per bucket for SmolLM2-135M fp32, 0.54 GB
 of parameters); in memory a process holds one copy per distinct weight. Deleting ``<store>`` only costs the

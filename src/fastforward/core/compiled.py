@@ -363,7 +363,11 @@ class CompiledForward:
         where this model's are (:func:`shares_weights`). A shared build that fails (this process compiled
         something with oneDNN weight prepacking before: inductor installs that rewrite once per process, and
         prepacked weights cannot be shared) is built again with its own copy of the weights, said in one
-        line: slower when widths switch, same tokens."""
+        line: slower when widths switch, same tokens.
+
+        Why ATen's GEMMs here and not inductor's templates: the templates lay out weights in constants that
+        AOTInductor's on-disk weight format names by a weight name they can share (the q/k/v parts of one
+        layer's packed weight), so it keeps one of them and the package cannot be loaded (torch 2.13)."""
         from fastforward.core import aot
 
         args = (self.model, self._step, example, hidden, path, self._autotune, self.gemm)
