@@ -228,7 +228,8 @@ def build(
                         "freezing": True,
                         "max_autotune": autotune,
                         "max_autotune_gemm_backends": gemm,
-                        **(SHARED_CONFIG if shared else {}),
+                        # not shared: prepacked as inductor does by default, whatever a shared build set
+                        **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
                     },
                 )
             with part.open("rb") as f:

@@ -172,12 +172,18 @@ def gemm_backends(dtype: torch.dtype) -> str:
     return "ATEN,TRITON,CPP" if dtype == torch.float32 else "ATEN"  # float32: inductor's default
 
 
-def shares_weights(dtype: torch.dtype) -> bool:
-    """Whether a CPU model in ``dtype`` builds packages whose buckets share one copy of the weights
-    (:mod:`fastforward.core.aot`): float32, whose GEMMs run on inductor's templates over plain tensors. Not
-    bfloat16/float16: their GEMMs are oneDNN's over prepacked weights (:func:`gemm_backends`), which cannot
-    leave a package to be shared."""
-    return dtype == torch.float32
+def shares_weights(model: torch.nn.Module) -> bool:
+    """Whether a CPU model builds packages whose buckets share one copy of the weights
+    (:mod:`fastforward.core.aot`): a float32 model with full-precision weights, whose GEMMs then run as
+    ATen's matmuls over plain tensors. Not bfloat16/float16, whose GEMMs are oneDNN's over prepacked
+    weights (:func:`gemm_backends`), which cannot leave a package to be shared; not int8/int4 weights
+    (``--weights``, the qsd draft), whose packages built for sharing lost inductor's fused weight-only
+    kernels for ATen's int8 matmul (seen in the qsd draft's package, session 34)."""
+    tensors = [t for t in model.state_dict().values() if isinstance(t, torch.Tensor)]
+    quantized = (torch.int8, torch.uint8, torch.int32)
+    return all(t.dtype == torch.float32 for t in tensors if t.is_floating_point()) and not any(
+        t.dtype in quantized for t in tensors
+    )
 
 
 def share_kv_heads(model: torch.nn.Module) -> bool:
@@ -218,10 +224,11 @@ class CompiledForward:
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
         self.gemm = gemm_backends(next(model.parameters()).dtype)
-        self.shared_weights = shares_weights(next(model.parameters()).dtype)
+        self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
-        inductor_config.cpp.weight_prepack = not self.shared_weights
+        if self.shared_weights:
+            inductor_config.cpp.weight_prepack = False
         # in-process CPU graphs (CUDA graphs tune no GEMMs)
         inductor_config.max_autotune_gemm_backends = self.gemm
         inductor_config.autotune_num_choices_displayed = 0  # no per-GEMM autotuning tables on stderr
