@@ -265,7 +265,7 @@ def test_the_buckets_of_a_float32_model_share_one_copy_of_its_weights(tmp_path) 
         assert all(s == storages[0] for s in storages)  # not merely equal values: the same memory
         pools.append(storages[0])
     assert pools[0] == pools[1]
-    assert all(aot.shares_weights(p) for p in tmp_path.glob("*/k*.pt2"))
+    assert all(aot.weights_apart(p) for p in tmp_path.glob("*/k*.pt2"))
 
 
 def test_a_loaded_package_leaves_no_unpacked_copy_on_disk(tmp_path, monkeypatch) -> None:

@@ -33,7 +33,8 @@ pickled, so these packages are built with ``cpp.weight_prepack`` off, and their 
 (MKL) matmuls over the plain weights, which inductor's GEMM templates only take prepacked. Measured
 there: the 1- and 16-token steps cost what the templates' did, the 8-token step more
 (results/compiled_s34/switch.txt). bfloat16 models, whose GEMMs run on oneDNN's prepacked kernels
-(:func:`fastforward.core.compiled.gemm_backends`), keep a copy per package.
+(:func:`fastforward.core.compiled.gemm_backends`), and int8/int4 weights keep a copy per package
+(:func:`fastforward.core.compiled.shares_weights`).
 
 Cost on disk: each package still holds its own copy (0.66 GB per bucket for SmolLM2-135M fp32, 0.54 GB
 of parameters); in memory a process holds one copy per distinct weight. Deleting ``<store>`` only costs the
@@ -263,8 +264,6 @@ class WeightPool:
         self._files: weakref.WeakValueDictionary[tuple[str, int, int], torch.Tensor] = (
             weakref.WeakValueDictionary()
         )
-        self.read_bytes = 0  # what was read from packages (the rest was shared)
-        self.shared_bytes = 0
 
     def get(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, names: str) -> torch.Tensor:
         """The tensor of the weight file ``info`` of ``archive``, viewed by the constants ``names``."""
@@ -275,9 +274,6 @@ class WeightPool:
         if t is None:
             t = torch.load(io.BytesIO(archive.read(info)), weights_only=True)
             self._files[key] = t
-            self.read_bytes += info.file_size
-        else:
-            self.shared_bytes += info.file_size
         return t
 
 
@@ -317,8 +313,9 @@ def _with_weights(runner: Any, path: Path) -> SharedPackage:
     return SharedPackage(runner, list(files.values()))
 
 
-def shares_weights(path: Path) -> bool:
-    """Whether the package ``path`` keeps its weights beside its library (built with ``shared``)."""
+def weights_apart(path: Path) -> bool:
+    """Whether the package ``path`` keeps its weights beside its library (built with ``shared``), so
+    :func:`load` gives them from :data:`POOL`."""
     with zipfile.ZipFile(path) as z:
         return any(n.endswith(WEIGHTS_CONFIG) for n in z.namelist())
 
@@ -369,7 +366,7 @@ def load(path: Path) -> Callable[..., Any]:
     read, so the package is unpacked into a folder of ours (``TMPDIR`` points there for the call) that is
     removed as soon as the load returns. A shared-weights package's library is loaded without weights and
     given them from :data:`POOL`."""
-    shared = shares_weights(path)
+    shared = weights_apart(path)
     tempfile.gettempdir()  # Python's own temporary directory stays where it was, whatever TMPDIR does below
     with tempfile.TemporaryDirectory(prefix="fastforward-unpack-") as unpack:
         before = os.environ.get("TMPDIR")

@@ -372,9 +372,10 @@ class CompiledForward:
         prepacked weights cannot be shared) is built again with its own copy of the weights, said in one
         line: slower when widths switch, same tokens.
 
-        Why ATen's GEMMs here and not inductor's templates: the templates lay out weights in constants that
-        AOTInductor's on-disk weight format names by a weight name they can share (the q/k/v parts of one
-        layer's packed weight), so it keeps one of them and the package cannot be loaded (torch 2.13)."""
+        Why ATen's GEMMs here and not inductor's templates: the templates split one layer's laid-out weight
+        into several constants (its q, k and v parts) that carry the same weight name, and AOTInductor's
+        on-disk weight format keys weights by that name, so it keeps one of them and the package cannot be
+        loaded (torch 2.13)."""
         from fastforward.core import aot
 
         args = (self.model, self._step, example, hidden, path, self._autotune, self.gemm)
