@@ -515,6 +515,22 @@ def test_a_batch_drafts_eagerly_beside_the_compiled_target(pair) -> None:
     assert not compiled(model).used
 
 
+def test_qsd_drafts_on_the_compiled_target_s_own_cache(pair) -> None:
+    """A qsd copy quantized from the compiled target drafts through its own compiled 1-token graph on the
+    target's fixed cache (every layer, the same objects), so it never prefills the prompt: AR's tokens,
+    request after request."""
+    eager, fast = pair
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
+    decoder = build_decoder("qsd", fast, None, {"gamma_auto": False, "bits": 8})
+    (qcopy,) = draft_models(decoder.drafter)
+    for _ in range(2):
+        out = decoder.generate(PROMPT, greedy_config(40))
+        assert out.tokens == ref and out.stats.extras["spec_accepted"] > 0
+        assert out.stats.extras["draft_forward"] == "compiled"
+    assert compiled(qcopy).cache.layers[0] is compiled(fast.model).cache.layers[0]
+    assert compiled(qcopy).used == {1}
+
+
 def test_layerskip_drafts_on_the_compiled_target_s_own_cache(pair) -> None:
     """A layer-skip draft is the target's first layers: it drafts through its compiled 1-token graph on a view
     of the target's fixed cache (the same layer objects) and rolls the length back, so the target's next

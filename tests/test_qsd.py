@@ -13,6 +13,7 @@ from torch import nn
 from fastforward.core.decoder import GenerationConfig
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.speculative import draft_models
 from fastforward.errors import FastForwardError
 from fastforward.models import quantize
 from fastforward.models.quantize import Int4Linear, Int8Linear, layer_kinds, quantized_copy
@@ -128,6 +129,31 @@ def test_qsd_equals_greedy_ar_on_tiny_models(arch, options):
     assert accepted > 0
 
 
+def test_qsd_drafts_on_the_target_s_cache_and_never_feeds_its_copy_the_prompt():
+    """The copy is quantized from the target itself (same embeddings and norms, same key/value dtype), so it
+    drafts on the target's cache: each draft forward feeds one token, the anchor or its own last guess; no
+    prefill of the prompt, no catch-up over tokens the target committed alone. The target's next forward
+    writes over the guesses' entries: the tokens are AR's."""
+    target = make_tiny("llama", vocab=96, seed=4)
+    prompt = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3
+    cfg = greedy_config(30)
+    ref = ARDecoder(target.model).generate(prompt, cfg).tokens
+    dec = build_decoder("qsd", target, None, {"gamma": 3, "gamma_auto": False, "bits": 8})
+    assert dec.drafter.shared_layers == len(target.model.model.layers)
+    (qcopy,) = draft_models(dec.drafter)
+    fed: list[int] = []
+    hook = qcopy.register_forward_pre_hook(
+        lambda _m, args, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        for _ in range(2):  # a second request too: nothing of the first is left in the draft
+            out = dec.generate(prompt, cfg)
+            assert out.tokens == ref and out.stats.extras["spec_accepted"] > 0
+    finally:
+        hook.remove()
+    assert fed and set(fed) == {1}
+
+
 def test_qsd_stops_at_eos_and_max_new_tokens_like_ar():
     target = make_tiny(seed=0)
     full = ARDecoder(target.model).generate([4, 5, 6], greedy_config(15)).tokens
@@ -195,6 +221,7 @@ def test_qsd_on_a_prepacked_target_quantizes_a_reload_and_stays_exact(real_promp
     target = load_model("smollm2-135m", "float32", path="prepacked")
     assert path_of(target.model) == "prepacked"
     dec = build_decoder("qsd", target, None, {"bits": 8, "gamma": 4, "vocab": 8192, "gamma_auto": False})
+    assert dec.drafter.shared_layers == 0  # a bf16 reload: keys of another dtype, a cache of its own
     ar = build_decoder("ar", target, None, {})
     config = GenerationConfig(max_new_tokens=24, eos_token_ids=target.eos_token_ids)
     accepted = 0

@@ -195,7 +195,10 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     elif name == "qsd":
         source = qsd_source(target)
         head = draft_head(target, o, bits=o.bits, float_model=source)  # before the copy frees the float rows
-        drafter = ModelDrafter(quantized_copy(source, o.bits, o.group_size), o.draft_stop, head)
+        qcopy = quantized_copy(source, o.bits, o.group_size)
+        drafter = ModelDrafter(
+            qcopy, o.draft_stop, head, shared_layers=qsd_shared_layers(qcopy, source, target)
+        )
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")
     if o.lookup_first and name != "pld":
@@ -231,6 +234,25 @@ def draft_model(draft, o: SpecOptions) -> tuple[torch.nn.Module, RestrictedHead 
     source = qsd_source(draft)
     head = draft_head(draft, o, bits=o.draft_bits, float_model=source)
     return quantized_copy(source, o.draft_bits, o.group_size), head
+
+
+def qsd_shared_layers(qcopy: torch.nn.Module, source: torch.nn.Module, target) -> int:
+    """How many of the target's cache layers a qsd copy drafts on (:class:`ModelDrafter` ``shared_layers``):
+    all of them when the copy is quantized from the target itself, whose embeddings and norms it shares, so
+    its keys and values have the target's dtype and shapes; 0 (a cache of its own) for a bf16 reload.
+
+    Why: on a cache of its own, the copy prefilled every prompt and caught up on every token the target
+    committed while gamma_auto kept it off. On the 2-core AMX Xeon (SmolLM2 fp32, compiled, HumanEval), the
+    first drafted step of each request cost ~430 ms against ~26 ms for an AR step: 1.2 s of an 8.3 s run,
+    and qsd ran at 0.93x of AR although its warm drafted steps paid (results/compiled_s35). On the target's
+    cache the copy feeds only the anchor and its own guesses; the target's keys for the committed tokens
+    differ from the copy's own by its quantization error, which can change a guess, never an output
+    (verification is the target's, and the target's next forward writes over the guesses' entries)."""
+    if source is not target.model:
+        return 0
+    decoder = qcopy.get_decoder() if hasattr(qcopy, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    return len(layers) if layers is not None else 0
 
 
 def qsd_source(target) -> torch.nn.Module:
