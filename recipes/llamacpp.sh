@@ -10,10 +10,23 @@
 #   bash recipes/llamacpp.sh bench     # llama-bench tg64 and pp1/2/4/8/16/32 per precision, JSON lines on stdout
 #
 #   MODEL=qwen2.5-coder-1.5b KINDS="BF16 Q8_0" bash recipes/llamacpp.sh convert   # another registry model
+#
+# ISA=avx2 builds for AVX2 only (no AVX-512, no AMX: the reference for a run under the AVX2 cap,
+# ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2) into its own folder (default $LLAMA-avx2), whose convert
+# links the native folder's GGUFs when they are there; pass that folder to `fastforward bench --llamacpp DIR`.
 set -euo pipefail
 
 CACHE=${FASTFORWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastforward}
-LLAMA=${LLAMA:-$CACHE/llamacpp}
+ISA=${ISA:-native}
+NATIVE_DIR=$CACHE/llamacpp
+if [ "$ISA" = native ]; then LLAMA=${LLAMA:-$NATIVE_DIR}; else LLAMA=${LLAMA:-$NATIVE_DIR-$ISA}; fi
+case "$ISA" in
+  native) ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
+    -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+    -DGGML_AMX_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+  *) echo "ISA must be native or avx2, got '$ISA'" >&2; exit 2 ;;
+esac
 VERSION=${VERSION:-0.3.36}
 PY=${PY:-.venv/bin/python}
 SRC=$LLAMA/llama_cpp_python-$VERSION/vendor/llama.cpp
@@ -30,10 +43,14 @@ THREADS=${THREADS:-2}
 build() {
   mkdir -p "$LLAMA"
   if [ ! -d "$SRC" ]; then
-    "$PY" -m pip download "llama-cpp-python==$VERSION" --no-deps --no-binary :all: -d "$LLAMA" -q
+    if [ -f "$NATIVE_DIR/llama_cpp_python-$VERSION.tar.gz" ] && [ "$LLAMA" != "$NATIVE_DIR" ]; then
+      cp "$NATIVE_DIR/llama_cpp_python-$VERSION.tar.gz" "$LLAMA/"
+    else
+      "$PY" -m pip download "llama-cpp-python==$VERSION" --no-deps --no-binary :all: -d "$LLAMA" -q
+    fi
     tar xzf "$LLAMA/llama_cpp_python-$VERSION.tar.gz" -C "$LLAMA"
   fi
-  cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$LLAMA/cmake.log"
   cmake --build "$SRC/build" -j"$THREADS" --target llama-bench llama-completion llama-quantize \
     llama-speculative-simple > "$LLAMA/build.log"
@@ -43,6 +60,9 @@ build() {
 convert() {
   local GGUF=${GGUF:-$(gguf)}
   for q in $KINDS; do
+    if [ "$LLAMA" != "$NATIVE_DIR" ] && [ -f "$NATIVE_DIR/$MODEL-$q.gguf" ] && [ ! -e "$LLAMA/$MODEL-$q.gguf" ]; then
+      ln -s "$NATIVE_DIR/$MODEL-$q.gguf" "$LLAMA/$MODEL-$q.gguf"  # the same weights, whatever the build
+    fi
     [ -f "$LLAMA/$MODEL-$q.gguf" ] || LD_LIBRARY_PATH=$BIN "$BIN/llama-quantize" --allow-requantize \
       "$GGUF" "$LLAMA/$MODEL-$q.gguf" "$q" > "$LLAMA/quantize-$MODEL-$q.log" 2>&1
     echo "converted: $LLAMA/$MODEL-$q.gguf"
