@@ -3,12 +3,15 @@
 # one copy of the weights; qsd drafts on the target's cache), beside eager AR, generate() and llama.cpp F32; 128 tokens, 3 prompts, one process
 # per dataset. Run from the repository root; PY picks the interpreter (PYTHONPATH=src for a worktree).
 #   TAG=amx_fp32 bash results/compiled_s35/run_smollm2.sh
+# Under the AVX2 cap, beside llama.cpp built for AVX2 only (ISA=avx2 bash recipes/llamacpp.sh build; convert):
+#   TAG=avx2cap ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 LLAMACPP=~/.cache/fastforward/llamacpp-avx2 \
+#     bash results/compiled_s35/run_smollm2.sh
 set -euo pipefail
 TAG=${TAG:-amx_fp32}
 PY=${PY:-.venv/bin/python}
 OUT=results/compiled_s35
 for ds in ${DATASETS:-mtbench gsm8k humaneval}; do
   /usr/bin/time -f "wall_s %e" "$PY" -m fastforward bench --model smollm2-135m --dataset "$ds" --limit 3 \
-    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all --llamacpp \
+    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all --llamacpp ${LLAMACPP:-} \
     --out "$OUT/bench_${ds}_${TAG}.json" 2> "$OUT/bench_${ds}_${TAG}.log"
 done
