@@ -20,6 +20,7 @@ from fastforward.bench.llamacpp import (
     gguf_type,
     parse_speculative,
     parse_times,
+    run_tool,
     spoken_after,
 )
 from fastforward.cli import main
@@ -60,6 +61,18 @@ def _fake_build(root: Path, answer: str) -> Path:
 def test_a_missing_build_is_one_line_with_the_command(tmp_path: Path) -> None:
     with pytest.raises(FastForwardError, match="not built") as err:
         binary(tmp_path)
+    assert BUILD_HINT in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_build_for_another_cpu_is_one_line_that_says_rebuild(tmp_path: Path) -> None:
+    """A cache folder moved to a CPU without the instructions its native build used (seen: a build made on
+    one AMX host stopped on Q8_0 weights on another) dies of SIGILL: one line that says so and how to
+    rebuild, not a bare return code."""
+    exe = tmp_path / "llama-completion"
+    exe.write_text("#!/bin/sh\nkill -ILL $$\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(FastForwardError, match="illegal instruction") as err:
+        run_tool([str(exe)], exe)
     assert BUILD_HINT in str(err.value) and "\n" not in str(err.value)
 
 

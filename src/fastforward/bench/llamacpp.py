@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -121,6 +122,11 @@ def run_tool(argv: list[str], exe: Path) -> tuple[str, str, float]:
         argv, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(exe.parent)}
     )
     wall = time.perf_counter() - t0
+    if done.returncode == -signal.SIGILL:
+        raise FastForwardError(
+            f"--llamacpp: {exe.name} stopped on an illegal instruction: this llama.cpp was built for another "
+            f"CPU (GGML_NATIVE); build it again on this one: rm -rf {exe.parent.parent} && {BUILD_HINT}"
+        )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise FastForwardError(f"--llamacpp: {exe.name} failed ({done.returncode}): {last}")
