@@ -14,6 +14,8 @@
 # ISA=avx2 builds for AVX2 only (no AVX-512, no AMX: the reference for a run under the AVX2 cap,
 # ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2) into its own folder (default $LLAMA-avx2), whose convert
 # links the native folder's GGUFs when they are there; pass that folder to `fastforward bench --llamacpp DIR`.
+# ISA=avx512: AVX-512 (VBMI, VNNI, BF16) without AMX, for a virtual machine that lists AMX but whose native
+# build crashed on quantized weights (SIGILL/SIGSEGV in its AMX path on the session-35 Xeon; F32 ran).
 set -euo pipefail
 
 CACHE=${FASTFORWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastforward}
@@ -25,7 +27,10 @@ case "$ISA" in
   avx2) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
     -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
     -DGGML_AMX_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
-  *) echo "ISA must be native or avx2, got '$ISA'" >&2; exit 2 ;;
+  avx512) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
+    -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+    -DGGML_AMX_BF16=OFF) ;;
+  *) echo "ISA must be native, avx512 or avx2, got '$ISA'" >&2; exit 2 ;;
 esac
 VERSION=${VERSION:-0.3.36}
 PY=${PY:-.venv/bin/python}

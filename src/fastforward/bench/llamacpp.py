@@ -124,8 +124,10 @@ def run_tool(argv: list[str], exe: Path) -> tuple[str, str, float]:
     wall = time.perf_counter() - t0
     if done.returncode == -signal.SIGILL:
         raise FastForwardError(
-            f"--llamacpp: {exe.name} stopped on an illegal instruction: this llama.cpp was built for another "
-            f"CPU (GGML_NATIVE); build it again on this one: rm -rf {exe.parent.parent} && {BUILD_HINT}"
+            f"--llamacpp: {exe.name} stopped on an illegal instruction: this llama.cpp uses one this CPU does not "
+            f"run (a native build made on another CPU, or AMX a virtual machine lists but does not grant); "
+            f"build it again (rm -rf {exe.parent.parent}; {BUILD_HINT}), or without AMX (ISA=avx512 before both "
+            "recipe commands, then --llamacpp on the folder they name)"
         )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
