@@ -4,6 +4,8 @@ cancelled neighbours); the ragged cache surgery and masks on their own; the sche
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -21,7 +23,13 @@ from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
 from fastforward.decoders.lookahead import LookaheadConfig, LookaheadDecoder
 from fastforward.decoders.recycle import RecycleDecoder, RecycleOptions
 from fastforward.decoders.registry import build_decoder
-from fastforward.decoders.speculative.drafters import LookupFirstDrafter, ModelDrafter, PromptLookupDrafter
+from fastforward.core.vocab import RestrictedHead, VocabSubset
+from fastforward.decoders.speculative.drafters import (
+    LookupFirstDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    head_inside,
+)
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
 from fastforward.decoders.suffix import SuffixDecoder, SuffixOptions
 from fastforward.errors import FastForwardError
@@ -272,11 +280,19 @@ def test_only_a_peers_generate_has_no_batched_path():
         batched(HFGenerateDecoder(tiny.model))
 
 
-@pytest.mark.parametrize("config", ["adaptive", "gamma_auto", "lookup_first", "draft_stop"])
+def _head_inside(m: torch.nn.Module) -> ModelDrafter:
+    """A copy of ``m`` whose own LM head scores the even ids only (what qsd's ``vocab=K`` builds)."""
+    own = copy.deepcopy(m)
+    head = RestrictedHead(m.lm_head.weight, None, VocabSubset(torch.arange(0, 512, 2), 512))
+    return ModelDrafter(own, subset=head_inside(own, head))
+
+
+@pytest.mark.parametrize("config", ["adaptive", "gamma_auto", "lookup_first", "draft_stop", "vocab_inside"])
 def test_every_speculative_configuration_batches_like_batch_one(config):
     """Batch 1 is a batch of one row of the same proposer, so what decodes at batch 1 batches: a row drafts
     with a drafter of its own (lookup_first, a draft that stops early) and keeps its own draft length
-    (adaptive); gamma_auto keeps the fixed gamma in a batch. Every row equals greedy AR, EOS included."""
+    (adaptive); gamma_auto keeps the fixed gamma in a batch; a draft whose own head scores a subset drafts per
+    row (not in lockstep). Every row equals greedy AR, EOS included."""
     tiny = make_tiny()
     m, other = tiny.model, make_tiny(seed=3).model
     spec = {
@@ -284,11 +300,13 @@ def test_every_speculative_configuration_batches_like_batch_one(config):
         "gamma_auto": SpecConfig(gamma=3, gamma_auto=True),
         "lookup_first": SpecConfig(gamma=3),
         "draft_stop": SpecConfig(gamma=4),
+        "vocab_inside": SpecConfig(gamma=3),
     }[config]
     drafter = {
         "lookup_first": LookupFirstDrafter(PromptLookupDrafter(3, 2), ModelDrafter(other)),
         "draft_stop": ModelDrafter(m, stop_below=0.5),
-    }.get(config, ModelDrafter(m))
+        "vocab_inside": _head_inside(m) if config == "vocab_inside" else None,
+    }.get(config) or ModelDrafter(m)
     decoder = SpeculativeDecoder(m, drafter, EXACT, spec, "sd")
     full = _reference(m, PROMPTS, greedy_config(20))
     cfg = greedy_config(20, (full[0][9],))  # a token that does occur: it ends some rows early

@@ -4,6 +4,8 @@ test_sd_sampling_distribution.py."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -18,8 +20,9 @@ from fastforward.core.vocab import (
 )
 from fastforward.data.vocab_corpus import subset_for
 from fastforward.decoders.registry import build_decoder
-from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
+from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter, head_inside
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
+from fastforward.decoders.speculative.lockstep import lockstep_fits
 from fastforward.errors import FastForwardError
 
 from .conftest import greedy_config, make_tiny
@@ -112,6 +115,27 @@ def test_reduced_vocabulary_drafts_stay_inside_the_subset() -> None:
             torch.testing.assert_close(prop.probs.sum(-1), torch.ones(6))
 
 
+def test_a_head_inside_the_draft_proposes_what_the_same_head_beside_it_does() -> None:
+    """head_inside makes the restricted head the draft's own LM head: the same guesses and distributions as
+    the head run beside the draft's decoder, mapped to full ids; and such a draft never runs lockstep in a
+    batch (lockstep reads the model's logits as full-vocabulary ids)."""
+    beside, _ = _tiny_sd(list(range(1, 512, 3)))
+    model = copy.deepcopy(beside.drafter.model)
+    inside = ModelDrafter(model, 0.0, subset=head_inside(model, copy.deepcopy(beside.drafter.head)))
+    assert inside.head is None and model.lm_head.linear.out_features == len(range(1, 512, 3))
+    for sampling, seed in ((SamplingConfig(), None), (SamplingConfig(1.0, seed=0), 0)):
+        props = []
+        for drafter in (beside.drafter, inside):
+            drafter.reset()
+            gen = None if seed is None else torch.Generator().manual_seed(seed)
+            props.append(drafter.propose(DraftContext([5, 7, 11, 13], 6, sampling, gen)))
+        assert props[0].tokens == props[1].tokens and all(t % 3 == 1 for t in props[1].tokens)
+        if props[0].probs is not None:
+            torch.testing.assert_close(props[0].probs, props[1].probs)
+    assert not lockstep_fits(inside, SpecConfig(gamma=4))
+    assert lockstep_fits(ModelDrafter(model), SpecConfig(gamma=4))
+
+
 @pytest.mark.parametrize("vocab_ids", [list(range(0, 512, 2)), list(range(256))])
 def test_greedy_sd_with_a_reduced_draft_vocabulary_equals_ar(vocab_ids: list[int]) -> None:
     decoder, target = _tiny_sd(vocab_ids)
@@ -129,7 +153,9 @@ def test_reduced_vocabulary_self_drafts_are_exact_on_smollm2(smollm2, real_promp
     verification keeps every output identical to greedy AR."""
     ar = build_decoder("ar", smollm2, None, {})
     dec = build_decoder(method, smollm2, None, {"vocab": 4096, "gamma": 4, "gamma_auto": False, **extra})
-    assert dec.drafter.head is not None and dec.drafter.head.subset.size == 4096
+    # the head is the draft's own (head_inside): it drafts through one forward, on the target's cache
+    assert dec.drafter.head is None and dec.drafter.subset.size == 4096
+    assert dec.drafter.shared_layers == len(dec.drafter.model.model.layers)
     config = GenerationConfig(max_new_tokens=32, eos_token_ids=smollm2.eos_token_ids)
     accepted = 0
     for ids in real_prompts[:3]:

@@ -38,7 +38,9 @@ the draft is half of each step, repeated text then costs a verify forward alone.
 ``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd, sd-cross): the draft's LM head scores only the K most
 frequent tokens (:mod:`fastforward.core.vocab`); the target verifies over the whole vocabulary, so exact
 methods stay exact. The restricted head follows the draft's kernels: quantized like the rest of a qsd copy,
-prepacked when the target was loaded with ``--path prepacked``.
+prepacked when the target was loaded with ``--path prepacked``. A qsd copy and a layerskip view, which the decoder
+owns, take it as their own LM head (:func:`~fastforward.decoders.speculative.drafters.head_inside`), so they still
+draft through compiled graphs and on the target's cache; a draft model (sd and the rest) keeps it beside the model.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from fastforward.decoders.speculative.drafters import (
     LookupFirstDrafter,
     ModelDrafter,
     PromptLookupDrafter,
+    head_inside,
     shallow_view,
 )
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
@@ -189,15 +192,16 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
         view = shallow_view(target.model, o.layers or n_layers // 2)
-        drafter = ModelDrafter(
-            view, o.draft_stop, draft_head(target, o), shared_layers=len(view.model.layers)
-        )
+        head = draft_head(target, o)
+        subset = None if head is None else head_inside(view, head)  # the view's head, not the target's
+        drafter = ModelDrafter(view, o.draft_stop, shared_layers=len(view.model.layers), subset=subset)
     elif name == "qsd":
         source = qsd_source(target)
         head = draft_head(target, o, bits=o.bits, float_model=source)  # before the copy frees the float rows
         qcopy = quantized_copy(source, o.bits, o.group_size)
+        subset = None if head is None else head_inside(qcopy, head)
         drafter = ModelDrafter(
-            qcopy, o.draft_stop, head, shared_layers=qsd_shared_layers(qcopy, source, target)
+            qcopy, o.draft_stop, shared_layers=qsd_shared_layers(qcopy, source, target), subset=subset
         )
     else:
         raise FastForwardError(f"unknown speculative method '{name}'")

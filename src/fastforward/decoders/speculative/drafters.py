@@ -33,7 +33,7 @@ from fastforward.core.compiled import compiled
 from fastforward.core.decoder import SamplingConfig
 from fastforward.core.engine import DRAFT_ROOM, ModelEngine
 from fastforward.core.sampling import processed_probs, sample_from
-from fastforward.core.vocab import RestrictedHead
+from fastforward.core.vocab import RestrictedHead, VocabSubset
 from fastforward.decoders.ngram import NGramIndex, check_ngram_range
 from fastforward.errors import FastForwardError
 
@@ -74,7 +74,11 @@ class ModelDrafter:
     those layers' keys and values for every committed token, and rolls the length back after. So drafting
     never pays a prefill of the prompt or a catch-up over tokens the target committed while the draft was off
     (session 32: 9% of a layerskip run that drafted 12 tokens). A batch row (no engine in the context) or a
-    compiled target whose cache the draft's graphs cannot take drafts on a cache of its own, as any draft."""
+    compiled target whose cache the draft's graphs cannot take drafts on a cache of its own, as any draft.
+
+    With ``subset``, the model's own LM head already scores only that subset (:func:`head_inside`: a draft
+    this decoder owns, a qsd copy or a layerskip view), so its logits index the subset as a ``head``'s do,
+    but the whole model still runs as one forward: compiled, and on the target's cache."""
 
     def __init__(
         self,
@@ -83,8 +87,11 @@ class ModelDrafter:
         head: RestrictedHead | None = None,
         use_compiled: bool = True,
         shared_layers: int = 0,
+        subset: VocabSubset | None = None,
     ) -> None:
         self.model = model
+        # the model's own LM head scores only these ids (``head_inside``): its logits index the subset
+        self.subset = subset
         # a reduced head reads the decoder's hidden state, which only a cache of its own gives
         self.shared_layers = shared_layers if head is None else 0
         self.stop_below = stop_below  # stop drafting after a token the draft itself gives p < stop_below
@@ -104,7 +111,7 @@ class ModelDrafter:
     def fresh(self) -> ModelDrafter:
         """A drafter for one row of a batch: eager, since a compiled draft's fixed cache serves one row at a
         time and a batch's rows draft side by side."""
-        return ModelDrafter(self.model, self.stop_below, self.head, use_compiled=False)
+        return ModelDrafter(self.model, self.stop_below, self.head, use_compiled=False, subset=self.subset)
 
     def models(self) -> list[torch.nn.Module]:
         """The draft model, run whole; none with a reduced-vocabulary head (the draft's decoder then runs
@@ -164,7 +171,7 @@ class ModelDrafter:
         """Up to ``ctx.gamma`` tokens, one draft forward each, the first after ``feed``."""
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
-        subset = None if self.head is None else self.head.subset
+        subset = self.subset if self.head is None else self.head.subset
         for _ in range(ctx.gamma):
             logits = self._next_logits(feed, ctx.room + ctx.gamma)  # [V], or [K] over the subset
             if ctx.sampling.greedy:
@@ -206,6 +213,20 @@ class PromptLookupDrafter:
 
     def observe(self, accepted: int) -> None:
         pass
+
+
+def head_inside(model: torch.nn.Module, head: RestrictedHead) -> VocabSubset:
+    """Make ``head`` the LM head of ``model``, a draft this decoder owns (a qsd copy, a layerskip view; never
+    a draft model loaded for several decoders), and return the subset its logits then index.
+
+    Why: a head outside the model made the draft run its decoder eagerly on a cache of its own (a compiled
+    graph ends in the model's own head, and only a cache of its own gives the hidden state a separate head
+    reads), so ``vocab=K`` lost what the compiled, cache-sharing draft gains. Inside, the graph ends in the
+    K-row head: a qsd copy of SmolLM2-135M spends ~21% of its weights on the full 49k-row head."""
+    if not isinstance(getattr(model, "lm_head", None), torch.nn.Module):
+        raise FastForwardError(f"vocab=K: {type(model).__name__} has no lm_head to replace")
+    model.lm_head = head
+    return head.subset
 
 
 def shallow_view(model: torch.nn.Module, layers: int) -> torch.nn.Module:

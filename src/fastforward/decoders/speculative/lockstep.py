@@ -18,9 +18,10 @@ from fastforward.core.sampling import processed_probs, sample_from
 
 def lockstep_fits(drafter: Any, spec: Any) -> bool:
     """Whether a batch can draft for every row with batched forwards of this drafter's model: the full head
-    (no reduced vocabulary), chains that never stop early (no ``draft_stop``) and one draft length for
+    (no reduced vocabulary, beside the model or inside it), chains that never stop early (no ``draft_stop``) and one draft length for
     every row (no ``adaptive`` schedule)."""
-    return drafter.head is None and drafter.stop_below <= 0 and not spec.adaptive
+    full = drafter.head is None and getattr(drafter, "subset", None) is None
+    return full and drafter.stop_below <= 0 and not spec.adaptive
 
 
 class LockstepDraftProposer(Proposer):
