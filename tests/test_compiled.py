@@ -426,11 +426,18 @@ def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
     assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-5)
 
 
-def test_gemm_backends_leave_bf16_gemms_to_onednn() -> None:
-    from fastforward.core.compiled import gemm_backends
+def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monkeypatch) -> None:
+    """bf16 GEMMs: inductor's templates (AMX micro-kernels) on an AMX CPU, oneDNN elsewhere and under an ISA
+    cap, which must see the CPU as the capped kind would."""
+    from fastforward.core.compiled import amx_usable, gemm_backends
 
-    assert gemm_backends(torch.bfloat16) == "ATEN"
-    assert "CPP" in gemm_backends(torch.float32)
+    assert gemm_backends(torch.bfloat16, amx=False) == "ATEN"
+    assert gemm_backends(torch.bfloat16, amx=True) == "CPP"
+    assert gemm_backends(torch.bfloat16, amx=True, quantized=True) == "ATEN"
+    assert gemm_backends(torch.float16, amx=True) == "ATEN"
+    assert "CPP" in gemm_backends(torch.float32, amx=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not amx_usable() and gemm_backends(torch.bfloat16) == "ATEN"
 
 
 def test_building_a_package_leaves_no_copy_of_its_library_in_inductor_s_cache(tmp_path) -> None:

@@ -162,28 +162,54 @@ def grouped_attention(
     return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
 
 
-def gemm_backends(dtype: torch.dtype) -> str:
+def gemm_backends(dtype: torch.dtype, amx: bool | None = None, quantized: bool = False) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
-    float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone), and
-    ATen (oneDNN, weights prepacked by freezing) in bfloat16/float16, where the templates' micro-kernels ran
-    the 1-row GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly; with ATen the compiled
-    bfloat16 AR went from 50.3 to 61.6 tok/s (one process each, one after the other).
-    Measured on a 2-core AVX-512 (bf16, no AMX) EPYC: results/compiled_s31/attention.txt."""
-    return "ATEN,TRITON,CPP" if dtype == torch.float32 else "ATEN"  # float32: inductor's default
+    float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone); in
+    bfloat16 the templates where the process may use AMX (``amx``; None: :func:`amx_usable`), else ATen
+    (oneDNN, weights prepacked by freezing); float16, and int8/int4 weights (``quantized``, not measured
+    through the templates yet), ATen.
+
+    Why it depends on AMX: on a 2-core AVX-512 (bf16, no AMX) EPYC the templates' micro-kernels ran the 1-row
+    GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly, and with ATen the compiled bfloat16
+    AR went from 50.3 to 61.6 tok/s (results/compiled_s31/attention.txt). On a 2-core AMX Xeon it is the
+    other way round: SmolLM2-135M's bfloat16 forward over 1 / 8 / 16 tokens cost 15.0 / 18.8 / 23.4 ms
+    through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process each
+    (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s)."""
+    if dtype == torch.float32:
+        return "ATEN,TRITON,CPP"  # inductor's default
+    if dtype == torch.bfloat16 and not quantized and (amx_usable() if amx is None else amx):
+        return "CPP"
+    return "ATEN"
+
+
+def amx_usable() -> bool:
+    """Whether this process may run AMX bf16 tiles: the CPU reports them, no ISA cap removes them
+    (:func:`fastforward.hardware.cpu_flags`), torch's vector ISA is AVX-512 (``ATEN_CPU_CAPABILITY`` not
+    capped below it) and the kernel grants the tiles (torch's own check)."""
+    from fastforward.hardware import cpu_flags
+
+    flags = cpu_flags()
+    if not {"amx_bf16", "amx_tile"} <= flags or torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return False
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(check()) if callable(check) else False
 
 
 def shares_weights(model: torch.nn.Module) -> bool:
     """Whether a CPU model builds packages whose buckets share one copy of the weights
     (:mod:`fastforward.core.aot`): a float32 model with full-precision weights, whose GEMMs then run as
-    ATen's matmuls over plain tensors. Not bfloat16/float16, whose GEMMs are oneDNN's over prepacked
-    weights (:func:`gemm_backends`), which cannot leave a package to be shared; not int8/int4 weights
+    ATen's matmuls over plain tensors. Not bfloat16/float16, whose GEMMs run over prepacked weights
+    (oneDNN's, or the templates' on AMX: :func:`gemm_backends`), which cannot leave a package to be shared; not int8/int4 weights
     (``--weights``, the qsd draft), whose packages built for sharing lost inductor's fused weight-only
     kernels for ATen's int8 matmul (seen in the qsd draft's package, session 34)."""
     tensors = [t for t in model.state_dict().values() if isinstance(t, torch.Tensor)]
-    quantized = (torch.int8, torch.uint8, torch.int32)
-    return all(t.dtype == torch.float32 for t in tensors if t.is_floating_point()) and not any(
-        t.dtype in quantized for t in tensors
-    )
+    return all(t.dtype == torch.float32 for t in tensors if t.is_floating_point()) and not quantized(model)
+
+
+def quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds int8/int4 weights (``--weights``, a qsd copy): integer tensors in its state."""
+    kinds = (torch.int8, torch.uint8, torch.int32)
+    return any(isinstance(t, torch.Tensor) and t.dtype in kinds for t in model.state_dict().values())
 
 
 def share_kv_heads(model: torch.nn.Module) -> bool:
@@ -223,7 +249,7 @@ class CompiledForward:
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
-        self.gemm = gemm_backends(next(model.parameters()).dtype)
+        self.gemm = gemm_backends(next(model.parameters()).dtype, quantized=quantized(model))
         self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
