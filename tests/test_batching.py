@@ -16,6 +16,7 @@ from fastforward.core.batching import BatchDecoder, Draft, Proposer, Request, ba
 from fastforward.core.cache import new_cache, slot_rows
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.ragged import Block, block_inputs, compact
+from fastforward.core.vocab import RestrictedHead, VocabSubset
 from fastforward.decoders.ar import ARDecoder, ARProposer
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
 from fastforward.decoders.hf_generate import HFGenerateDecoder
@@ -23,7 +24,6 @@ from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder
 from fastforward.decoders.lookahead import LookaheadConfig, LookaheadDecoder
 from fastforward.decoders.recycle import RecycleDecoder, RecycleOptions
 from fastforward.decoders.registry import build_decoder
-from fastforward.core.vocab import RestrictedHead, VocabSubset
 from fastforward.decoders.speculative.drafters import (
     LookupFirstDrafter,
     ModelDrafter,
