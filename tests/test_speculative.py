@@ -311,8 +311,25 @@ def test_cost_tracker_learns_acceptance_and_costs_within_a_request():
     t = CostTracker().begin()  # a cheap draft that is always right
     for _ in range(10):
         t.record(proposed=4, accepted=4, draft_ms=0.4, verify_ms=10.0)
+    for _ in range(t.burst):  # AR's own cost is timed first (never inferred from the 5-token verify)
+        assert t.choose(12) == 0
+        t.record(proposed=0, accepted=0, draft_ms=0.0, verify_ms=9.0)
     assert t.choose(12) > 4
     assert t.verify_cost(9) == t.verify_ms[5].value  # nearest measured width
+
+
+def test_a_draft_that_is_always_right_but_slow_is_judged_against_ar_s_measured_cost():
+    """A draft that is always right never leaves room for an AR step, so AR's cost was the nearest measured
+    verify's (1.5x a 1-token one in bf16 on AMX), and a qsd copy costing 18 ms a token kept drafting at 0.87x
+    of AR. The tracker times AR itself once, then turns such a draft off."""
+    t = CostTracker().begin()
+    out = []
+    for _ in range(40):
+        g = t.choose(12)
+        t.record(g, g, 18.0 * g, 16.0 if g == 0 else 24.8)  # every guess right
+        out.append(g)
+    assert t.verify_ms[1].count >= 2 and t.verify_cost(1) == pytest.approx(16.0)
+    assert out[-20:] == [0] * 20  # ~6 tokens in 115 ms lose to 1 token in 16 ms
 
 
 def test_a_stale_slow_ar_step_does_not_keep_a_losing_draft_on():
@@ -378,7 +395,8 @@ def test_a_cold_first_draft_sample_does_not_switch_the_draft_off():
     """The first drafted step of a request pays for the draft reading the prompt: 100x its later cost."""
     t = CostTracker().begin()
     out = _simulate(t, 20, lambda i: 200.0 if i == 0 else 2.0, lambda i: 0.9)
-    assert all(g > 0 for g in out)
+    assert out[0] == 5 and out[1] > 0 and out[2 : 2 + t.burst] == [0] * t.burst  # then AR's cost is timed once
+    assert all(g > 0 for g in out[2 + t.burst :])
     t.begin()  # the next request: its cold sample is provisional again
     out = _simulate(t, 20, lambda i: 200.0 if i == 0 else 2.0, lambda i: 0.9)
     assert all(g > 0 for g in out)

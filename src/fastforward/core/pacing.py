@@ -331,6 +331,13 @@ class CostTracker:
     loses doubles the back-off (up to ``max_backoff``), one that wins turns the draft back on. A draft that
     never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
     comes back within one back-off.
+
+    AR's own cost (the 1-token verify) is measured, never inferred from wider verifies: once the draft's cost
+    is known, a tracker that has not timed two 1-token steps yet takes ``burst`` plain AR steps. Why: a draft
+    that is nearly always right never leaves room for an AR step, and the nearest measured width stood in
+    for it. SmolLM2 in bf16 on an AMX Xeon, where a 4-6 token verify costs 1.3-1.6x a 1-token one: a qsd copy
+    right 97% of the time but costing 18 ms a token kept drafting for a whole run at 0.87x of AR, whose
+    steps cost ~20 ms (results/compiled_s36/bench_humaneval_amx_bf16.md).
     """
 
     PRIOR = 0.5
@@ -355,6 +362,7 @@ class CostTracker:
         self.off_steps = self.probes = 0
         self.gamma_max = 1
         self._left, self._sum = 0, [0, 0]  # drafted steps left in a probe; its (proposed, accepted)
+        self._ar_left = 0  # plain AR steps left in the stretch that measures AR's own cost
         self._cold = False  # the next drafted step pays the draft's catch-up: its cost sample is provisional
         self._at_begin = (0, 0)
 
@@ -395,8 +403,14 @@ class CostTracker:
         self.gamma_max = limit
         if self.draft_ms.value is None or not self.verify_ms:
             return self.start  # nothing measured yet: the configured gamma
+        if self._ar_left > 0:
+            return 0  # measuring AR's own cost
         if self._left > 0 or self.draft_ms.count < 2:
             return self._best(1)  # inside a probe, or one cold draft sample only: keep drafting
+        one = self.verify_ms.get(1)
+        if one is None or one.count < 2:  # AR's cost never timed: a stretch of AR steps measures it
+            self._ar_left = self.burst
+            return 0
         g = self._best(0)
         if g > 0:
             return g
@@ -422,6 +436,7 @@ class CostTracker:
         """:meth:`observe` in plain numbers."""
         self.verify_ms.setdefault(proposed + 1, Ema(self.decay)).add(verify_ms)
         if not proposed:  # an AR step (draft off, or it found nothing): nothing learned about the draft
+            self._ar_left = max(0, self._ar_left - 1)
             self.wait += 1
             self.off_steps += 1
             return
