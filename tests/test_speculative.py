@@ -395,7 +395,9 @@ def test_a_cold_first_draft_sample_does_not_switch_the_draft_off():
     """The first drafted step of a request pays for the draft reading the prompt: 100x its later cost."""
     t = CostTracker().begin()
     out = _simulate(t, 20, lambda i: 200.0 if i == 0 else 2.0, lambda i: 0.9)
-    assert out[0] == 5 and out[1] > 0 and out[2 : 2 + t.burst] == [0] * t.burst  # then AR's cost is timed once
+    assert (
+        out[0] == 5 and out[1] > 0 and out[2 : 2 + t.burst] == [0] * t.burst
+    )  # then AR's cost is timed once
     assert all(g > 0 for g in out[2 + t.burst :])
     t.begin()  # the next request: its cold sample is provisional again
     out = _simulate(t, 20, lambda i: 200.0 if i == 0 else 2.0, lambda i: 0.9)
