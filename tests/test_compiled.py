@@ -552,3 +552,45 @@ def test_layerskip_drafts_on_the_compiled_target_s_own_cache(pair) -> None:
         assert out.stats.extras["draft_forward"] == "compiled"
     assert compiled(view).cache.layers[0] is compiled(fast.model).cache.layers[0]
     assert compiled(view).used == {1}
+
+
+def test_the_store_loses_its_least_recently_used_folders_first_and_never_a_live_one() -> None:
+    """:func:`fastforward.core.aot.to_trim`: oldest first until the rest fit; a folder this process uses,
+    or one used in the last ten minutes (another process may run it), stays even when it alone is over."""
+    from fastforward.core.aot import RECENT_S, to_trim
+
+    now = 1e6
+    old = now - 10 * RECENT_S
+    folders = [("a", 5, old + 3), ("b", 4, old + 1), ("c", 3, old + 2), ("live", 6, old), ("recent", 2, now)]
+    assert to_trim(folders, 20, now, keep=set()) == []  # fits
+    assert to_trim(folders, 13, now, keep={"live"}) == ["b", "c"]  # 20 -> 16 -> 13: a stays
+    assert to_trim(folders, 14, now, keep=set()) == ["live"]  # the oldest, when nothing keeps it
+    assert to_trim(folders, 0, now, keep={"live"}) == ["b", "c", "a"]  # recent and live stay whatever
+
+
+def test_a_build_trims_the_store_to_its_bound_and_keeps_what_it_uses(tmp_path, monkeypatch, capsys) -> None:
+    """Each change of code, model or torch gives a new fingerprint folder and the old ones are never read
+    again (47 GB of them once filled a disk): after a build, folders not used for a while go, least recently
+    used first, until the store fits ``FASTFORWARD_COMPILED_GB``; the new packages stay and still load."""
+    from fastforward.core import aot
+
+    stale = []
+    for i, age in enumerate((7200, 3600)):  # two folders of earlier code, last used 2 h and 1 h ago
+        folder = tmp_path / f"old{i}"
+        folder.mkdir()
+        (folder / "k1-s256.pt2").write_bytes(b"x" * 400_000)
+        (folder / aot.USED).touch()
+        os.utime(folder / aot.USED, (os.path.getmtime(folder) - age,) * 2)
+        stale.append(folder)
+    monkeypatch.setenv(aot.STORE_GB_ENV, "0.0006")  # 600 kB: room for one of them, not for both
+    eager = make_tiny("llama", vocab=96, seed=SEED)
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(4)).tokens
+    fast = make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    assert build_decoder("ar", fast).generate(PROMPT, greedy_config(4)).tokens == ref
+    assert not stale[0].exists() and not stale[1].exists()  # the new packages alone are over 600 kB
+    (kept,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert list(kept.glob("k1-s256.pt2")) and "least recently used" in capsys.readouterr().err
+    monkeypatch.setenv(aot.STORE_GB_ENV, "lots")
+    with pytest.raises(ValueError, match="FASTFORWARD_COMPILED_GB"):
+        aot.store_limit()

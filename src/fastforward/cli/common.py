@@ -10,6 +10,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from fastforward.cli.validate import DTYPE_NAMES, constraint_request, kernel_path
+from fastforward.errors import FastForwardError
 from fastforward.log import log
 from fastforward.models.registry import DEFAULT_MODEL
 
@@ -215,6 +216,7 @@ def compile_choice(args: argparse.Namespace) -> str:
 def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
     """``--compile on``: give the target compiled forwards with a fixed cache that holds a long prompt
     (512 tokens), the answer and the widest bucket; a request that needs more runs eagerly and says so."""
+    from fastforward.core.aot import store_limit
     from fastforward.core.compiled import BUCKETS, inductor_cache
     from fastforward.core.engine import compile_forward
     from fastforward.models.cache import cache_root, compiled_dir
@@ -227,6 +229,10 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
         log(f"--compile on: one CUDA graph per width bucket on first use (fixed cache of {capacity} slots)")
         return
     store = compiled_dir()
+    try:
+        store_limit()  # a bad FASTFORWARD_COMPILED_GB is the user's error, said before anything compiles
+    except ValueError as e:
+        raise FastForwardError(str(e)) from None
     compile_forward(target.model, capacity, mode="max-autotune", store=store)
     log(
         f"--compile on: decoding forwards compiled per width bucket on first use (fixed cache of {capacity} "

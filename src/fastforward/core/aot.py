@@ -39,6 +39,12 @@ there: the 1- and 16-token steps cost what the templates' did, the 8-token step 
 Cost on disk: each package still holds its own copy (0.66 GB per bucket for SmolLM2-135M fp32, 0.54 GB
 of parameters); in memory a process holds one copy per distinct weight. Deleting ``<store>`` only costs the
 next run its compile.
+
+The store is bounded (:func:`trim`): every change to the traced code, the model, its weights or torch gives
+a new fingerprint, and the old folders were never read again. Sessions of development had left 47 GB of
+them (30 folders, 0.2-12 GB each), and the disk filled. After each build the least recently used folders
+go until the store fits ``FASTFORWARD_COMPILED_GB`` (default 8); the folders this process uses, and any
+used in the last ten minutes (another process may be running them), stay whatever their size.
 """
 
 from __future__ import annotations
@@ -182,6 +188,80 @@ def cache_buffers(cache: FixedCache) -> list[torch.Tensor]:
     """The fixed cache's buffers in :class:`Step`'s order: layer 0's keys, layer 0's values, layer 1's keys,
     and so on."""
     return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+STORE_GB_ENV = "FASTFORWARD_COMPILED_GB"
+STORE_GB = 8.0  # default bound on the store, in GB (10**9 bytes): a few models' sets of buckets
+RECENT_S = 600.0  # a folder used this recently may be in use by another process: never trimmed
+USED = ".used"  # touched in a fingerprint's folder whenever one of its packages is loaded or built
+_IN_USE: set[Path] = set()  # the fingerprint folders this process has loaded from or built into
+
+
+def store_limit() -> int:
+    """The store's bound in bytes, from ``FASTFORWARD_COMPILED_GB`` (a bad value is said, not guessed
+    around: this runs after a long build, so it raises rather than trims by a number nobody set)."""
+    raw = os.environ.get(STORE_GB_ENV, "")
+    try:
+        gb = float(raw) if raw else STORE_GB
+    except ValueError:
+        raise ValueError(f"{STORE_GB_ENV}={raw!r} is not a number of GB") from None
+    if gb < 0:
+        raise ValueError(f"{STORE_GB_ENV}={raw!r} is negative")
+    return int(gb * 1e9)
+
+
+def to_trim(folders: list[tuple[str, int, float]], limit: int, now: float, keep: set[str]) -> list[str]:
+    """Which folders to delete, least recently used first, so that the rest fit in ``limit`` bytes.
+
+    ``folders``: (name, bytes, last used as a Unix time). Folders in ``keep`` or used within
+    :data:`RECENT_S` of ``now`` are never chosen (they count towards the total all the same, so a store whose
+    live folders alone exceed the bound keeps them and loses every other)."""
+    total = sum(size for _, size, _ in folders)
+    chosen = []
+    for name, size, used in sorted(folders, key=lambda f: f[2]):
+        if total <= limit:
+            break
+        if name in keep or now - used < RECENT_S:
+            continue
+        chosen.append(name)
+        total -= size
+    return chosen
+
+
+def mark_used(folder: Path) -> None:
+    """Record that ``folder``'s packages are in use now (by this process, and as of now for others)."""
+    _IN_USE.add(folder.resolve())
+    with contextlib.suppress(OSError):
+        (folder / USED).touch()
+
+
+def _last_used(folder: Path) -> float:
+    """When a folder's packages were last loaded or built (its stamp, else its newest file)."""
+    stamp = folder / USED
+    if stamp.exists():
+        return stamp.stat().st_mtime
+    return max((f.stat().st_mtime for f in folder.iterdir()), default=folder.stat().st_mtime)
+
+
+def trim(store: Path, limit: int | None = None) -> list[tuple[Path, int]]:
+    """Delete the store's least recently used fingerprint folders until it fits ``limit`` bytes (default
+    :func:`store_limit`); returns what went, with sizes. Folders this process uses stay (module docstring)."""
+    import shutil
+
+    limit = store_limit() if limit is None else limit
+    folders, sizes = [], {}
+    for folder in (p for p in store.iterdir() if p.is_dir()) if store.is_dir() else ():
+        try:
+            sizes[folder.name] = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            folders.append((folder.name, sizes[folder.name], _last_used(folder)))
+        except OSError:  # removed by another process meanwhile
+            continue
+    keep = {p.name for p in _IN_USE if p.parent == store.resolve()}
+    gone = []
+    for name in to_trim(folders, limit, time.time(), keep):
+        shutil.rmtree(store / name, ignore_errors=True)
+        gone.append((store / name, sizes[name]))
+    return gone
 
 
 def package_name(k: int, hidden: bool, size: int) -> str:

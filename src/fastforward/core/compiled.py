@@ -366,12 +366,14 @@ class CompiledForward:
             fp = self._packages_fingerprint()
             aot.describe(self.store, fp, self.model)  # once: a no-op when the store has it
             path = self.store / fp / aot.package_name(k, hidden, size)
+            aot.mark_used(path.parent)
             for attempt in range(2):
                 if not path.exists():
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
                     t0 = time.perf_counter()
                     self._build(example, hidden, path, what)
                     times["built_s"] = round(time.perf_counter() - t0, 2)
+                    self._trim_store()
                 t0 = time.perf_counter()
                 try:
                     run = aot.load(path)
@@ -390,6 +392,24 @@ class CompiledForward:
                 f"--compile: packaging {what} failed ({_first_line(e)}); compiling it in this process instead"
             )
         return None
+
+    def _trim_store(self) -> None:
+        """After a build, keep the store within its bound (:func:`fastforward.core.aot.trim`), said in one
+        line when anything went. A failure to trim is said and never stops decoding."""
+        from fastforward.core import aot
+
+        assert self.store is not None
+        try:
+            gone = aot.trim(self.store)
+        except (OSError, ValueError) as e:
+            log(f"--compile: the store {self.store} was not trimmed ({_first_line(e)})")
+            return
+        if gone:
+            size = sum(n for _, n in gone) / 1e9
+            log(
+                f"--compile: removed {len(gone)} least recently used package folder(s), {size:.1f} GB, to keep "
+                f"{self.store} within {aot.store_limit() / 1e9:g} GB ({aot.STORE_GB_ENV} sets the bound)"
+            )
 
     def _build(self, example: tuple[torch.Tensor, ...], hidden: bool, path: Path, what: str) -> None:
         """Build one package (:func:`fastforward.core.aot.build`), its weights shared with the other buckets'
