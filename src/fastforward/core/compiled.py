@@ -162,22 +162,25 @@ def grouped_attention(
     return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
 
 
-def gemm_backends(dtype: torch.dtype, amx: bool | None = None, quantized: bool = False) -> str:
+def gemm_backends(dtype: torch.dtype, amx: bool | None = None) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
     float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone); in
     bfloat16 the templates where the process may use AMX (``amx``; None: :func:`amx_usable`), else ATen
-    (oneDNN, weights prepacked by freezing); float16, and int8/int4 weights (``quantized``, not measured
-    through the templates yet), ATen.
+    (oneDNN, weights prepacked by freezing), for full-precision and int8/int4 weights alike; float16, ATen.
 
     Why it depends on AMX: on a 2-core AVX-512 (bf16, no AMX) EPYC the templates' micro-kernels ran the 1-row
     GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly, and with ATen the compiled bfloat16
     AR went from 50.3 to 61.6 tok/s (results/compiled_s31/attention.txt). On a 2-core AMX Xeon it is the
     other way round: SmolLM2-135M's bfloat16 forward over 1 / 8 / 16 tokens cost 15.0 / 18.8 / 23.4 ms
     through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process each
-    (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s)."""
+    (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s).
+    With int8 weights (``--weights int8``, bf16 activations) on that Xeon the templates' weight-only int8
+    GEMMs ran the 1 / 8 / 16-token forward in 11.9 / 17.9 / 22.1 ms against ATen's 17.2 / 38.2 / 60.3
+    (results/compiled_s38/gemm_woq.txt), and Qwen2.5-Coder-1.5B's 8-token step cost 1.56x its 1-token
+    one against ATen's 2.01x; int4 was level at 1 token (9.2 against 8.9 ms) and ahead at 8 (19.1, 23.2)."""
     if dtype == torch.float32:
         return "ATEN,TRITON,CPP"  # inductor's default
-    if dtype == torch.bfloat16 and not quantized and (amx_usable() if amx is None else amx):
+    if dtype == torch.bfloat16 and (amx_usable() if amx is None else amx):
         return "CPP"
     return "ATEN"
 
@@ -249,7 +252,7 @@ class CompiledForward:
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
-        self.gemm = gemm_backends(next(model.parameters()).dtype, quantized=quantized(model))
+        self.gemm = gemm_backends(next(model.parameters()).dtype)
         self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
