@@ -174,10 +174,9 @@ def gemm_backends(dtype: torch.dtype, amx: bool | None = None) -> str:
     other way round: SmolLM2-135M's bfloat16 forward over 1 / 8 / 16 tokens cost 15.0 / 18.8 / 23.4 ms
     through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process each
     (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s).
-    With int8 weights (``--weights int8``, bf16 activations) on that Xeon the templates' weight-only int8
-    GEMMs ran the 1 / 8 / 16-token forward in 11.9 / 17.9 / 22.1 ms against ATen's 17.2 / 38.2 / 60.3
-    (results/compiled_s38/gemm_woq.txt), and Qwen2.5-Coder-1.5B's 8-token step cost 1.56x its 1-token
-    one against ATen's 2.01x; int4 was level at 1 token (9.2 against 8.9 ms) and ahead at 8 (19.1, 23.2)."""
+    With int8 weights (``--weights int8``, bf16 activations) it holds too: Qwen2.5-Coder-1.5B's 1- and
+    8-token forwards cost 112 and 172 ms through the templates' weight-only int8 GEMMs (1.53x) against
+    157 and 408 ms through ATen (2.59x) on that Xeon (results/compiled_s38/gemm_woq.txt)."""
     if dtype == torch.float32:
         return "ATEN,TRITON,CPP"  # inductor's default
     if dtype == torch.bfloat16 and (amx_usable() if amx is None else amx):
