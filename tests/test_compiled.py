@@ -433,6 +433,7 @@ def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monk
 
     assert gemm_backends(torch.bfloat16, amx=False) == "ATEN"
     assert gemm_backends(torch.bfloat16, amx=True) == "CPP"
+    assert gemm_backends(torch.bfloat16, amx=True, quantized=True) == "ATEN"
     assert gemm_backends(torch.float16, amx=True) == "ATEN"
     assert "CPP" in gemm_backends(torch.float32, amx=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")

@@ -162,11 +162,12 @@ def grouped_attention(
     return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
 
 
-def gemm_backends(dtype: torch.dtype, amx: bool | None = None) -> str:
+def gemm_backends(dtype: torch.dtype, amx: bool | None = None, quantized: bool = False) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
     float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone); in
     bfloat16 the templates where the process may use AMX (``amx``; None: :func:`amx_usable`), else ATen
-    (oneDNN, weights prepacked by freezing), for full-precision and int8/int4 weights alike; float16, ATen.
+    (oneDNN, weights prepacked by freezing); float16, and int8/int4 weights (``quantized``, not measured
+    through the templates yet), ATen.
 
     Why it depends on AMX: on a 2-core AVX-512 (bf16, no AMX) EPYC the templates' micro-kernels ran the 1-row
     GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly, and with ATen the compiled bfloat16
@@ -174,12 +175,16 @@ def gemm_backends(dtype: torch.dtype, amx: bool | None = None) -> str:
     other way round: SmolLM2-135M's bfloat16 forward over 1 / 8 / 16 tokens cost 15.0 / 18.8 / 23.4 ms
     through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process each
     (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s).
-    With int8 weights (``--weights int8``, bf16 activations) it holds too: Qwen2.5-Coder-1.5B's 1- and
-    8-token forwards cost 112 and 172 ms through the templates' weight-only int8 GEMMs (1.53x) against
-    157 and 408 ms through ATen (2.59x) on that Xeon (results/compiled_s38/gemm_woq.txt)."""
+
+    Why int8/int4 weights stay on ATen even there: the templates' weight-only GEMMs are faster
+    (Qwen2.5-Coder-1.5B int8: 112 / 172 ms for 1 / 8 tokens, 1.53x, against ATen's 157 / 408 ms, 2.59x),
+    but each package then holds ~3.4 GB in memory (3.56 GB on disk) against ~1.9 GB, so the six width
+    buckets a bench warms filled a 23 GiB machine: one run was killed, another left llama.cpp's reference
+    0.7 tok/s of room (results/compiled_s38/gemm_woq.txt, memory.txt). Until a package's footprint is
+    bounded, a faster forward that does not fit is no gain."""
     if dtype == torch.float32:
         return "ATEN,TRITON,CPP"  # inductor's default
-    if dtype == torch.bfloat16 and (amx_usable() if amx is None else amx):
+    if dtype == torch.bfloat16 and not quantized and (amx_usable() if amx is None else amx):
         return "CPP"
     return "ATEN"
 
@@ -251,7 +256,7 @@ class CompiledForward:
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
-        self.gemm = gemm_backends(next(model.parameters()).dtype)
+        self.gemm = gemm_backends(next(model.parameters()).dtype, quantized=quantized(model))
         self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
