@@ -13,7 +13,7 @@ import pytest
 from fastforward.bench import costs
 from fastforward.core import pacing
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
-from fastforward.core.pacing import Ema, StepGate, parallel_pays
+from fastforward.core.pacing import Ema, StepGate, parallel_pays, probe_wait
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder, gate_on
 from fastforward.decoders.lookahead import LookaheadConfig, LookaheadDecoder
@@ -97,6 +97,27 @@ def test_a_losing_gate_probes_with_doubling_backoff_and_returns_when_the_text_pa
     wait = 16 * 2 * 2  # the longest back-off in AR steps: backoff x burst x cost ratio
     assert gate.winning() and parallel >= 200 - wait - 1
     assert gate.ar_steps - ar_before <= wait and gate.backoff == 2
+
+
+def test_a_probe_waits_until_its_loss_is_a_small_share_of_the_ar_time_since():
+    """AMX Xeon, fp32: a Jacobi block costs ~3.3x an AR step for ~1.1 tokens. Probes counted in steps alone
+    (after 8 and 16 back-offs) lost ~6.5% of a 400-step run (three 128-token answers: jacobi at 0.94-0.96x
+    of AR, sessions 33-36); sized by the burst's loss they wait until it is 2% of the AR time since."""
+    rate, parallel = _simulate(StepGate(), 100.0, 30.0, _jacobi_tokens(), 400)
+    assert parallel == StepGate().burst and rate >= 0.97 / 30.0  # the opening burst alone
+    counted = StepGate(budget=1.0)  # a budget that never binds: the step-counted back-off alone
+    rate, parallel = _simulate(counted, 100.0, 30.0, _jacobi_tokens(), 400)
+    assert counted.probes == 2 and rate < 0.95 / 30.0
+    # the loss sets only the spacing: a long run still probes, and never later than the longest back-off
+    gate = StepGate()
+    _simulate(gate, 100.0, 30.0, _jacobi_tokens(), 3000)
+    assert gate.probes >= 3 and gate.backoff == gate.max_backoff
+
+
+def test_probe_wait_sizes_the_spacing_by_the_loss_between_the_back_offs():
+    assert probe_wait(60.0, 30.0, 0.02, floor=10, ceiling=500) == pytest.approx(100.0)
+    assert probe_wait(3.0, 30.0, 0.02, floor=10, ceiling=500) == 10  # a narrow loss: the back-off
+    assert probe_wait(600.0, 30.0, 0.02, floor=10, ceiling=500) == 500  # a text that starts paying is found
 
 
 def _switching(gate: StepGate, steps: int, tokens) -> tuple[float, int]:

@@ -104,6 +104,19 @@ def parallel_pays(tokens_per_step: float, parallel_ms: float, ar_ms: float) -> b
     return tokens_per_step * ar_ms >= parallel_ms
 
 
+def probe_wait(lost_ms: float, ar_ms: float, budget: float, floor: float, ceiling: float) -> float:
+    """AR steps to take before probing a losing method again: enough that the last probe's loss
+    (``lost_ms``: its time beyond what AR steps at ``ar_ms`` would have taken for its tokens) is at most
+    ``budget`` of the time those AR steps take, never fewer than ``floor`` (the doubling back-off) nor
+    more than ``ceiling`` (the longest back-off, so a text that starts paying is still found).
+
+    Why a budget: a back-off counted in steps loses more where a wide step costs more for little gain. On the
+    AMX Xeon in fp32 a Jacobi block costs ~3x an AR step for ~1.1 tokens, and its opening burst and the
+    first two probes (after 8 and 16 back-offs) cost 4-6% of a 384-token run (jacobi 0.94-0.96x of AR,
+    sessions 33-36); sized by its loss, the first probe waits ~450 AR steps there."""
+    return max(floor, min(ceiling, lost_ms / (budget * ar_ms)))
+
+
 @dataclass
 class Ema:
     """An exponential average whose first sample is provisional: the first step of a kind can pay one-time
@@ -152,7 +165,8 @@ class StepGate:
     then a slow running average while the method runs). While
     AR wins, a burst probes again after ``backoff * burst * cost ratio`` AR steps, so probing costs at most
     ~1/backoff of the time however expensive the wide forward is; a burst that still loses doubles the
-    back-off (up to ``max_backoff``), one that wins resets it. While the method wins, an AR stretch measures
+    back-off (up to ``max_backoff``), one that wins resets it; and never sooner than the last burst's loss
+    allows within a ``budget`` share of the AR steps' time (:func:`probe_wait`). While the method wins, an AR stretch measures
     AR again after ``refresh`` parallel steps in a row, an interval that doubles (up to ``max_refresh``)
     each time the method still wins after it, so a method that pays loses little of its gain to it.
 
@@ -169,6 +183,7 @@ class StepGate:
     max_backoff: int = 64
     refresh: int = 64  # while the method wins, an AR stretch after this many parallel steps in a row
     max_refresh: int = 1024
+    budget: float = 0.02  # a losing burst's share of the AR time until the next probe (probe_wait)
     tokens: Ema = field(default_factory=lambda: Ema(decay=0.9))  # tokens committed per parallel step
     parallel_ms: Ema = field(default_factory=Ema)
     ar_ms: Ema = field(default_factory=Ema)
@@ -199,7 +214,13 @@ class StepGate:
         """Forget every estimate and open with a burst again, as a new gate would (the estimates of a
         warm-up run must not decide the measured one)."""
         fresh = StepGate(
-            self.enabled, self.burst, self.min_backoff, self.max_backoff, self.refresh, self.max_refresh
+            self.enabled,
+            self.burst,
+            self.min_backoff,
+            self.max_backoff,
+            self.refresh,
+            self.max_refresh,
+            self.budget,
         )
         self.__dict__.update(fresh.__dict__)
 
@@ -232,8 +253,14 @@ class StepGate:
                 if self.run < self._every:
                     return True
             else:
-                ratio = max(1.0, self.parallel_ms.value / self.ar_ms.value)
-                if self.wait >= self.backoff * self.burst * ratio:
+                par, ar = self.parallel_ms.value, self.ar_ms.value
+                ratio = max(1.0, par / ar)
+                assert self.tokens.value is not None
+                # the burst's loss, and the excess of the first AR step after it (the switch back)
+                lost = self.burst * (par - self.tokens.value * ar) + max(0.0, self._ar_first - ar)
+                span = self.burst * ratio
+                due = probe_wait(lost, ar, self.budget, self.backoff * span, self.max_backoff * span)
+                if self.wait >= due:
                     self._left, self._sum = self.burst, 0  # a probe
                     self.probes += 1
                     return True
@@ -330,7 +357,8 @@ class CostTracker:
     whose acceptance replaces the estimate and whose cost is measured afresh; a probe that still
     loses doubles the back-off (up to ``max_backoff``), one that wins turns the draft back on. A draft that
     never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
-    comes back within one back-off.
+    comes back within one back-off. (No loss budget as in the gate's :func:`probe_wait`: a probe drafts 1
+    token a step, whose verify costs ~1.1-1.5x an AR step, so its loss stays within the back-off's share.)
 
     AR's own cost (the 1-token verify) is measured, never inferred from wider verifies: once the draft's cost
     is known, a tracker that has not timed two 1-token steps yet takes ``burst`` plain AR steps. Why: a draft
