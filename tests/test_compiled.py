@@ -427,13 +427,13 @@ def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
 
 
 def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monkeypatch) -> None:
-    """bf16 GEMMs: inductor's templates (AMX micro-kernels) on an AMX CPU, oneDNN elsewhere and under an ISA
-    cap, which must see the CPU as the capped kind would."""
+    """bf16 GEMMs (int8 weights' too): inductor's templates (AMX micro-kernels) on an AMX CPU, oneDNN
+    elsewhere, for int4 weights, and under an ISA cap, which must see the CPU as the capped kind would."""
     from fastforward.core.compiled import amx_usable, gemm_backends
 
     assert gemm_backends(torch.bfloat16, amx=False) == "ATEN"
     assert gemm_backends(torch.bfloat16, amx=True) == "CPP"
-    assert gemm_backends(torch.bfloat16, amx=True, quantized=True) == "ATEN"
+    assert gemm_backends(torch.bfloat16, amx=True, int4=True) == "ATEN"
     assert gemm_backends(torch.float16, amx=True) == "ATEN"
     assert "CPP" in gemm_backends(torch.float32, amx=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
@@ -594,3 +594,35 @@ def test_a_build_trims_the_store_to_its_bound_and_keeps_what_it_uses(tmp_path, m
     monkeypatch.setenv(aot.STORE_GB_ENV, "lots")
     with pytest.raises(ValueError, match="FASTFORWARD_COMPILED_GB"):
         aot.store_limit()
+
+
+def test_a_template_package_keeps_no_original_of_a_weight_it_laid_out(tmp_path) -> None:
+    """inductor's GEMM templates lay each frozen weight out for their micro-kernels and drop the original
+    only when the graph names it as the constant is named; an exported program names it by its module path,
+    so without :func:`fastforward.core.aot.flatten_state_names` every int8 package held its weights twice."""
+    from fastforward.core.aot import flatten_state_names
+    from fastforward.models.quantize import Int8Linear
+
+    torch.manual_seed(SEED)
+    model = torch.nn.ModuleDict(
+        {
+            "up": torch.nn.Sequential(Int8Linear(torch.nn.Linear(64, 128, bias=False)), torch.nn.ReLU()),
+            "out": Int8Linear(torch.nn.Linear(128, 32, bias=False)),
+        }
+    ).eval()
+    model.forward = lambda x: model["out"](model["up"](x))  # an instance's own forward: nothing is patched
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    program = torch.export.export(model, (x,), strict=False)
+    renamed = flatten_state_names(program)
+    assert renamed["up.0.qweight"] == "up_0_qweight" and renamed["out.scales"] == "out_scales"
+    assert all("." not in spec.target for spec in program.graph_signature.input_specs if spec.target)
+    assert torch.equal(program.module()(x), model(x))
+    package = torch._inductor.aoti_compile_and_package(
+        program,
+        package_path=str(tmp_path / "m.pt2"),
+        inductor_configs={"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"},
+    )
+    run = torch._inductor.aoti_load_package(package)
+    assert torch.allclose(run(x).float(), model(x).float(), atol=1e-2)
+    kept = run.get_constant_fqns()
+    assert not {"up_0_qweight", "out_qweight"} & set(kept), kept  # laid out, so the originals are gone

@@ -296,6 +296,7 @@ def build(
         with torch.no_grad():  # traced on copies: tracing never writes the live cache
             args = (ids, pos, mask, where, *[t.clone() for t in kv])
             program = torch.export.export(step, args, strict=False)
+        flatten_state_names(program)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.pt2")
         os.close(fd)
         part = Path(name)
@@ -319,6 +320,37 @@ def build(
             drop_build_libraries(path)
         finally:
             part.unlink(missing_ok=True)
+
+
+def flatten_state_names(program: torch.export.ExportedProgram) -> dict[str, str]:
+    """Rename ``program``'s weights (parameters, buffers, tensor constants) from their module paths to flat
+    names, in place (``model.layers.0.mlp.up_proj.qweight`` -> ``model_layers_0_mlp_up_proj_qweight``, the
+    name AOTInductor gives the constant anyway). Returns the renames; none where two paths would flatten to
+    the same name (the program is then left as exported).
+
+    Why: when inductor's GEMM templates lay a frozen weight out for their micro-kernels, they drop the
+    original constant only if the graph reads it through a ``get_attr`` whose target *is* the constant's
+    name (torch 2.13, ``cpp_gemm_template.prune_tensors``). An exported program's graph reads a weight through
+    its dotted module path, which never matches, so every package kept each original beside its laid-out
+    copy: twice the weights, unused. Measured: SmolLM2-135M int8 334 MB per package against 196 MB through
+    ATen, Qwen2.5-Coder-1.5B int8 3.56 GB against ~1.9 (results/compiled_s39/prune.txt)."""
+    from torch.export.graph_signature import InputKind
+
+    kinds = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+    signature = program.graph_signature
+    specs = [s for s in signature.input_specs if s.kind in kinds and s.target and "." in s.target]
+    names = {s.target: s.target.replace(".", "_") for s in specs}
+    taken = {s.target for s in signature.input_specs if s.target} - set(names)
+    if len(set(names.values())) < len(names) or taken & set(names.values()):
+        return {}
+    for spec in specs:
+        store = program.state_dict if spec.target in program.state_dict else program.constants
+        store[names[spec.target]] = store.pop(spec.target)
+        spec.target = names[spec.target]
+    for spec in signature.output_specs:  # a buffer the forward writes names its new target too
+        if spec.target in names:
+            spec.target = names[spec.target]
+    return names
 
 
 SHARED_CONFIG = {

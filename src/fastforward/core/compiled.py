@@ -162,12 +162,11 @@ def grouped_attention(
     return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
 
 
-def gemm_backends(dtype: torch.dtype, amx: bool | None = None, quantized: bool = False) -> str:
+def gemm_backends(dtype: torch.dtype, amx: bool | None = None, int4: bool = False) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
     float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone); in
     bfloat16 the templates where the process may use AMX (``amx``; None: :func:`amx_usable`), else ATen
-    (oneDNN, weights prepacked by freezing); float16, and int8/int4 weights (``quantized``, not measured
-    through the templates yet), ATen.
+    (oneDNN, weights prepacked by freezing), int8 weights alike; float16, and int4 weights (``int4``), ATen.
 
     Why it depends on AMX: on a 2-core AVX-512 (bf16, no AMX) EPYC the templates' micro-kernels ran the 1-row
     GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly, and with ATen the compiled bfloat16
@@ -176,15 +175,19 @@ def gemm_backends(dtype: torch.dtype, amx: bool | None = None, quantized: bool =
     through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process each
     (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s).
 
-    Why int8/int4 weights stay on ATen even there: the templates' weight-only GEMMs are faster
-    (Qwen2.5-Coder-1.5B int8: 112 / 172 ms for 1 / 8 tokens, 1.53x, against ATen's 157 / 408 ms, 2.59x),
-    but each package then holds ~3.4 GB in memory (3.56 GB on disk) against ~1.9 GB, so the six width
-    buckets a bench warms filled a 23 GiB machine: one run was killed, another left llama.cpp's reference
-    0.7 tok/s of room (results/compiled_s38/gemm_woq.txt, memory.txt). Until a package's footprint is
-    bounded, a faster forward that does not fit is no gain."""
+    int8/int4 weights with bf16 activations follow bf16: the templates' weight-only GEMMs are faster where
+    AMX runs (Qwen2.5-Coder-1.5B int8: 112 / 172 ms for 1 / 8 tokens, 1.53x, against ATen's 157 / 408 ms,
+    2.59x; results/compiled_s38/gemm_woq.txt). They were held back one session because each package held
+    3.56 GB against ~1.9 through ATen and six buckets did not fit in 23 GiB (memory.txt there); that was
+    inductor keeping every original weight beside its laid-out copy, which
+    :func:`fastforward.core.aot.flatten_state_names` ends (2.02 GB; results/compiled_s39/prune.txt).
+    int4 weights stay on ATen: SmolLM2-135M int4 cost 12.4 / 25.0 ms for 1 / 8 tokens through the
+    templates against 9.6 / 24.0 through ATen (same file)."""
+    if int4:
+        return "ATEN"
     if dtype == torch.float32:
         return "ATEN,TRITON,CPP"  # inductor's default
-    if dtype == torch.bfloat16 and not quantized and (amx_usable() if amx is None else amx):
+    if dtype == torch.bfloat16 and (amx_usable() if amx is None else amx):
         return "CPP"
     return "ATEN"
 
@@ -217,6 +220,11 @@ def quantized(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds int8/int4 weights (``--weights``, a qsd copy): integer tensors in its state."""
     kinds = (torch.int8, torch.uint8, torch.int32)
     return any(isinstance(t, torch.Tensor) and t.dtype in kinds for t in model.state_dict().values())
+
+
+def int4_weights(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds int4 weights (``--weights int4``, an int4 qsd copy): their packed uint8 form."""
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in model.state_dict().values())
 
 
 def share_kv_heads(model: torch.nn.Module) -> bool:
@@ -256,7 +264,7 @@ class CompiledForward:
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
-        self.gemm = gemm_backends(next(model.parameters()).dtype, quantized=quantized(model))
+        self.gemm = gemm_backends(next(model.parameters()).dtype, int4=int4_weights(model))
         self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
