@@ -620,7 +620,14 @@ def test_a_template_package_keeps_no_original_of_a_weight_it_laid_out(tmp_path) 
     package = torch._inductor.aoti_compile_and_package(
         program,
         package_path=str(tmp_path / "m.pt2"),
-        inductor_configs={"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"},
+        inductor_configs={
+            "freezing": True,
+            "max_autotune": True,
+            "max_autotune_gemm_backends": "CPP",
+            # as fastforward.core.aot.build sets it for a package of its own (an earlier shared-weights build
+            # in this process turned it off, and the templates take frozen weights only prepacked)
+            "cpp.weight_prepack": True,
+        },
     )
     run = torch._inductor.aoti_load_package(package)
     assert torch.allclose(run(x).float(), model(x).float(), atol=1e-2)
