@@ -14,7 +14,7 @@
 #   LLAMACPP=~/.cache/fastforward/llamacpp-avx512 bash results/compiled_s35/run_qwen.sh
 set -euo pipefail
 TAG=${TAG:-amx}
-OUT=results/compiled_s35
+OUT=${OUT:-results/compiled_s35}
 for ds in ${DATASETS:-humaneval gsm8k}; do
   /usr/bin/time -f "wall_s %e" .venv/bin/fastforward bench --model qwen2.5-coder-1.5b \
     --draft qwen2.5-coder-0.5b --dataset "$ds" --limit ${LIMIT:-3} --max-new-tokens 128 --threads 2 \

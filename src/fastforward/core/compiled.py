@@ -218,13 +218,17 @@ def shares_weights(model: torch.nn.Module) -> bool:
 
 def quantized(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds int8/int4 weights (``--weights``, a qsd copy): integer tensors in its state."""
-    kinds = (torch.int8, torch.uint8, torch.int32)
-    return any(isinstance(t, torch.Tensor) and t.dtype in kinds for t in model.state_dict().values())
+    return _holds(model, (torch.int8, torch.uint8, torch.int32))
 
 
 def int4_weights(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds int4 weights (``--weights int4``, an int4 qsd copy): their packed uint8 form."""
-    return any(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in model.state_dict().values())
+    return _holds(model, (torch.uint8,))
+
+
+def _holds(model: torch.nn.Module, kinds: tuple[torch.dtype, ...]) -> bool:
+    """Whether any tensor in ``model``'s state has one of the dtypes ``kinds``."""
+    return any(isinstance(t, torch.Tensor) and t.dtype in kinds for t in model.state_dict().values())
 
 
 def share_kv_heads(model: torch.nn.Module) -> bool:
