@@ -13,7 +13,7 @@ import pytest
 from fastforward.bench import costs
 from fastforward.core import pacing
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
-from fastforward.core.pacing import Ema, StepGate, parallel_pays, probe_wait
+from fastforward.core.pacing import Ema, StepGate, opening_wait, parallel_pays, probe_wait
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.jacobi import JacobiConfig, JacobiDecoder, gate_on
 from fastforward.decoders.lookahead import LookaheadConfig, LookaheadDecoder
@@ -112,6 +112,61 @@ def test_a_probe_waits_until_its_loss_is_a_small_share_of_the_ar_time_since():
     gate = StepGate()
     _simulate(gate, 100.0, 30.0, _jacobi_tokens(), 3000)
     assert gate.probes >= 3 and gate.backoff == gate.max_backoff
+
+
+def test_a_costly_step_opens_only_after_enough_ar_time_to_bound_its_loss():
+    """AMX Xeon, fp32: lookahead's 25-token step runs the 32-token bucket, ~3 AR steps, for ~1 token. Its
+    opening burst of 6 cost ~2% of a 700-token run, paid before anything bounded it; with the cost curve's
+    ratio it opens after the AR steps that hold a one-token-a-step burst within the probes' 2% budget."""
+    assert opening_wait(1.0, 6, 0.02, ceiling=1000) == 0  # a wide step costing an AR step: at once
+    assert opening_wait(0.9, 6, 0.02, ceiling=1000) == 0
+    assert opening_wait(3.0, 6, 0.02, ceiling=1000) == pytest.approx(600.0)  # 6 x 2 AR steps at 2%
+    assert opening_wait(30.0, 6, 0.02, ceiling=1000) == 1000
+    rate, parallel = _simulate(StepGate(burst=6, ratio=3.0), 90.0, 30.0, lambda i: 1, 400)
+    assert parallel == 0 and rate == pytest.approx(1 / 30.0)  # a short run: AR throughout
+    gate = StepGate(burst=6, ratio=3.0)
+    _, parallel = _simulate(gate, 90.0, 30.0, lambda i: 4, 1200)  # 4 tokens for 3 AR steps
+    assert parallel > 0 and gate.ar_steps >= gate.opening() >= 600  # a text that pays is still found
+    assert gate.winning()
+    near = StepGate(ratio=1.02)  # a GPU-like curve: one AR stretch (AR's cost), then the opening
+    assert near.opening() == pytest.approx(4.0)
+    _, parallel = _simulate(near, 10.2, 10.0, lambda i: 2, 300)
+    assert parallel >= 300 - 5 - 2 * near.burst  # 4-5 AR steps first, then two refreshes
+    unknown = StepGate()
+    assert unknown.opening() == 0 and unknown.parallel()  # no curve: opens at once, as before
+    gate.reopen()
+    assert gate.ratio == 3.0 and not gate.parallel()  # the prior is a setting: reopen keeps it
+
+
+def test_the_decoders_take_their_gates_prior_from_the_cost_curve(monkeypatch):
+    """jacobi and lookahead built as users build them read their full step's cost ratio off the machine's
+    curve (its width: the block; the anchor, window rows and candidates); a step that costs 3 AR steps
+    makes a short greedy run all AR steps, with AR's tokens, and one costing what AR costs opens at once."""
+    from fastforward.decoders import jacobi, lookahead
+    from fastforward.decoders.registry import build_decoder
+
+    tiny = make_tiny()
+    widths: list[int] = []
+    ratio = 3.0
+
+    def curve(loaded, width):
+        widths.append(width)
+        return ratio
+
+    monkeypatch.setattr(jacobi, "step_ratio", curve)
+    monkeypatch.setattr(lookahead, "step_ratio", curve)
+    config, prompt = GenerationConfig(max_new_tokens=24), [5, 6, 7, 5, 6, 7, 5, 6]
+    ref = ARDecoder(tiny.model).generate(prompt, config).tokens
+    for name, opts in (("jacobi", {"block_size": 6}), ("lookahead", {"W": 3, "N": 3, "G": 2})):
+        out = build_decoder(name, tiny, None, opts).generate(prompt, config)
+        assert out.tokens == ref and out.stats.parallel_steps == 0
+    assert widths == [6, 1 + 2 * (3 + 2)]
+    ratio = 1.0
+    for name in ("jacobi", "lookahead"):
+        out = build_decoder(name, tiny, None, {}).generate(prompt, config)
+        assert out.tokens == ref and out.stats.parallel_steps > 0
+    assert widths[2:] == [16, 25]  # the defaults: a 16-token block, lookahead W=4 N=4 G=4
+    assert build_decoder("jacobi", tiny, None, {"gate": "off"}).gate.ratio == 0  # no gate, no curve read
 
 
 def test_probe_wait_sizes_the_spacing_by_the_loss_between_the_back_offs():

@@ -117,6 +117,20 @@ def probe_wait(lost_ms: float, ar_ms: float, budget: float, floor: float, ceilin
     return max(floor, min(ceiling, lost_ms / (budget * ar_ms)))
 
 
+def opening_wait(ratio: float, burst: int, budget: float, ceiling: float) -> float:
+    """AR steps before a gate's first burst when the machine's cost curve says what a parallel step costs
+    (``ratio``: its width's cost over one token's) and nothing is known of the text yet: the wait a probe
+    would take after a burst that committed one token a step (the least any step commits), so the opening
+    too costs at most ``budget`` of the AR time before it (:func:`probe_wait`, no floor). 0 where a wide
+    step costs no more than an AR step: the burst opens at once.
+
+    Why: the opening burst was the one burst no budget bounded. Lookahead's 25-token step costs ~3 AR steps
+    in fp32 on an AMX Xeon (the compiled 32-token bucket) for ~1 token, so its opening and the first probe
+    cost 4-6% of a 700-token MT-bench run (0.94x of AR, session 38); where a wide step costs ~1.05x
+    (a GPU, bf16 on AMX) the wait is a few steps."""
+    return probe_wait(burst * max(0.0, ratio - 1.0), 1.0, budget, 0.0, ceiling)
+
+
 @dataclass
 class Ema:
     """An exponential average whose first sample is provisional: the first step of a kind can pay one-time
@@ -169,6 +183,9 @@ class StepGate:
     allows within a ``budget`` share of the AR steps' time (:func:`probe_wait`). While the method wins, an AR stretch measures
     AR again after ``refresh`` parallel steps in a row, an interval that doubles (up to ``max_refresh``)
     each time the method still wins after it, so a method that pays loses little of its gain to it.
+    ``ratio`` (the parallel step's cost over an AR step's, read from the machine's cost curve; 0: not known)
+    defers the opening burst by :func:`opening_wait` AR steps, so a step that costs several AR steps opens
+    only after enough AR time that its burst's likely loss fits the same ``budget``.
 
     Why stretches: the first AR steps after wide ones do not cost what AR steps cost (session 33, an AMX
     Xeon in fp32: the first 54-133 ms and the second up to 39 ms, against 29-33 ms in a run of AR steps,
@@ -184,6 +201,7 @@ class StepGate:
     refresh: int = 64  # while the method wins, an AR stretch after this many parallel steps in a row
     max_refresh: int = 1024
     budget: float = 0.02  # a losing burst's share of the AR time until the next probe (probe_wait)
+    ratio: float = 0.0  # the parallel step's cost in AR steps from the cost curve (0: unknown; opens at once)
     tokens: Ema = field(default_factory=lambda: Ema(decay=0.9))  # tokens committed per parallel step
     parallel_ms: Ema = field(default_factory=Ema)
     ar_ms: Ema = field(default_factory=Ema)
@@ -203,8 +221,14 @@ class StepGate:
 
     def __post_init__(self) -> None:
         self.backoff = self.min_backoff
-        self._left = self.burst  # the opening burst
+        self._left = 0 if self.opening() > 0 else self.burst  # the opening burst, now or deferred
         self._every = self.refresh
+
+    def opening(self) -> float:
+        """AR steps to take before the opening burst (:func:`opening_wait`; 0 without a ``ratio``)."""
+        if not self.ratio:
+            return 0.0
+        return opening_wait(self.ratio, self.burst, self.budget, self.max_backoff * self.burst * self.ratio)
 
     @property
     def timed(self) -> bool:
@@ -221,6 +245,7 @@ class StepGate:
             self.refresh,
             self.max_refresh,
             self.budget,
+            self.ratio,
         )
         self.__dict__.update(fresh.__dict__)
 
@@ -248,6 +273,9 @@ class StepGate:
             return True
         if self._ar_left > 0:
             return False  # inside an AR stretch
+        if self.parallel_ms.value is None and self.ar_ms.value is not None and self.wait >= self.opening():
+            self._left, self._sum = self.burst, 0  # the deferred opening burst
+            return True
         if self.ar_ms.value is not None and self.parallel_ms.value is not None:
             if self.winning():
                 if self.run < self._every:

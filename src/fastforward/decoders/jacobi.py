@@ -55,7 +55,10 @@ on the iterates along the accepted branches.
 (judged on bursts of 4, estimates kept across its requests) against plain AR steps (the anchor alone fed; the guesses wait unchanged) and takes AR steps while they give
 more tokens per ms, probing the block again after a back-off. On a CPU where a wide forward costs several
 one-token forwards (bf16 on AVX2) Jacobi then runs at about AR speed instead of a fraction of it; where wide
-forwards are nearly free it never leaves the block. Greedy output is the same under any schedule. It stays
+forwards are nearly free it never leaves the block. Built as users build it (:func:`build`), the gate also
+knows the block's cost in AR steps from the machine's cost curve and, where that is several, opens only after
+enough AR steps that a losing opening stays within the probes' loss budget (:func:`~fastforward.core.pacing.opening_wait`).
+Greedy output is the same under any schedule. It stays
 off with ``max_blocks`` > 1, ``record=true`` and seeded sampling (see :func:`gate_on`); ``gate=off`` keeps
 every step a block step. The stats add ``gate_ar_steps`` and ``gate_probes``.
 """
@@ -78,6 +81,7 @@ from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import GATE_HELP, GATES, StepCost, StepGate, row_policy
 from fastforward.core.stats import DecodeStats
 from fastforward.errors import FastForwardError
+from fastforward.models.costs import step_ratio
 
 INITS = ("random", "repeat", "pad")
 POOL_DEPTH = 8  # recycling keeps POOL_DEPTH * pool_size sequences (2 pushed per rejecting step)
@@ -296,12 +300,16 @@ class JacobiDecoder(ProposerDecoder):
     name = "jacobi"
     lossless = True
 
-    def __init__(self, model: torch.nn.Module, config: JacobiConfig | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, config: JacobiConfig | None = None, ratio: float = 0.0
+    ) -> None:
+        """``ratio``: a block step's cost over an AR step's from the machine's cost curve (0: not known),
+        which defers the gate's opening burst where the block costs several AR steps (core.pacing)."""
         super().__init__(model)
         self.config = check_config(config or JacobiConfig(), self.name)
         self.pad_id = pad_token(model)  # what the pad init guesses
         self.last_trajectory: list[BlockTrajectory] = []
-        self.gate = StepGate()  # shared by this decoder's requests (core.pacing)
+        self.gate = StepGate(ratio=ratio)  # shared by this decoder's requests (core.pacing)
 
     def reopen_estimates(self) -> None:
         self.gate.reopen()
@@ -484,7 +492,9 @@ def _record_blocks(stats: DecodeStats, blocks: list[BlockTrajectory], measures: 
 
 
 def build(name: str, target, draft, options: dict) -> JacobiDecoder:
-    return JacobiDecoder(target.model, build_config(JacobiConfig, options, name, ALIASES))
+    config = build_config(JacobiConfig, options, name, ALIASES)
+    ratio = step_ratio(target, config.block_size) if config.gate == "auto" else 0.0
+    return JacobiDecoder(target.model, config, ratio)
 
 
 OPTIONS = JacobiConfig

@@ -19,7 +19,9 @@ keeps proposing from the target's argmax, which only affects how often candidate
 steps (judged on bursts of N+2, long enough for the window to fill) against plain AR steps (the anchor alone; window and pool wait unchanged) and takes AR steps while they
 give more tokens per ms, probing again after a back-off, so where a wide forward costs several narrow ones
 (bf16 on an AVX2-only CPU) lookahead runs at about AR speed rather than below it. Greedy output is the same
-under any schedule; seeded sampling keeps the gate off (its schedule would follow measured times). Stats add
+under any schedule; seeded sampling keeps the gate off (its schedule would follow measured times). Built by
+:func:`build`, the gate knows the full step's cost in AR steps from the machine's cost curve and defers its
+opening burst by :func:`~fastforward.core.pacing.opening_wait` where that is several. Stats add
 ``gate_ar_steps`` and ``gate_probes``. ``output_ngrams`` (default on) also pools the n-grams the committed
 output completes, so text that repeats itself is verified from the pool during AR stretches too.
 
@@ -40,6 +42,7 @@ import torch
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.options import build_config, check_config, opt
 from fastforward.core.pacing import GATE_HELP, GATES, StepCost, StepGate, row_policy
+from fastforward.models.costs import step_ratio
 
 
 @dataclass(frozen=True)
@@ -130,13 +133,17 @@ class LookaheadDecoder(ProposerDecoder):
     name = "lookahead"
     lossless = True
 
-    def __init__(self, model: torch.nn.Module, config: LookaheadConfig | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, config: LookaheadConfig | None = None, ratio: float = 0.0
+    ) -> None:
+        """``ratio``: a full step's cost over an AR step's from the machine's cost curve (0: not known),
+        which defers the gate's opening burst where the step costs several AR steps (core.pacing)."""
         super().__init__(model)
         self.config = check_config(config or LookaheadConfig(), self.name)
         self._layouts: dict[tuple[int, int], list[int]] = {}
         # shared by this decoder's requests (core.pacing); judged on bursts long enough for the window to
         # fill its N-1 rows and yield n-grams
-        self.gate = StepGate(burst=max(4, self.config.ngram + 2))
+        self.gate = StepGate(burst=max(4, self.config.ngram + 2), ratio=ratio)
 
     def reopen_estimates(self) -> None:
         self.gate.reopen()
@@ -249,8 +256,15 @@ class LookaheadProposer(Proposer):
         return extras
 
 
+def step_width(config: LookaheadConfig) -> int:
+    """Tokens a full lookahead step feeds: the anchor, N-1 window rows of W and G candidates of N-1."""
+    return 1 + (config.ngram - 1) * (config.window + config.candidates)
+
+
 def build(name: str, target, draft, options: dict) -> LookaheadDecoder:
-    return LookaheadDecoder(target.model, build_config(LookaheadConfig, options, name, ALIASES))
+    config = build_config(LookaheadConfig, options, name, ALIASES)
+    ratio = step_ratio(target, step_width(config)) if config.gate == "auto" else 0.0
+    return LookaheadDecoder(target.model, config, ratio)
 
 
 OPTIONS = LookaheadConfig

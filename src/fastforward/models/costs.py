@@ -108,6 +108,13 @@ def interpolate(curve: list[dict]) -> Callable[[int], float]:
     return ms
 
 
+def step_ratio(loaded: LoadedModel, width: int) -> float:
+    """What a ``width``-token step costs over a 1-token step on this machine, from the cached cost curve
+    (measured once and stored when missing): a step gate's prior before it has timed a step of its own."""
+    curve = interpolate(cached_curve(loaded, ks=KS))
+    return curve(width) / curve(1)
+
+
 def cost_curve(
     loaded: LoadedModel, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
 ) -> list[dict]:
