@@ -219,6 +219,10 @@ def test_a_batch_of_one_runs_the_compiled_forward_and_gives_it_back(pair) -> Non
     compiled(fast.model).release()
 
 
+# pld held to one-token drafts: AR steps and 2-token verifies, two buckets to build (each costs a compile)
+TWO_BUCKETS = {"gamma": 1, "gamma_auto": False}
+
+
 def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path, capsys) -> None:
     """With a store (``--compile on`` on a CPU) every bucket a request uses becomes an AOTInductor package
     on disk; a second compiled forward over the same weights (as a later process has) loads those packages
@@ -233,7 +237,7 @@ def test_compiled_forwards_are_kept_on_disk_and_loaded_by_the_next_run(tmp_path,
             one.write_bytes(one.read_bytes()[:1000])
         fast = make_tiny("llama", vocab=96, seed=SEED)
         runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
-        out = build_decoder("pld", fast).generate(PROMPT, greedy_config(24))
+        out = build_decoder("pld", fast, None, TWO_BUCKETS).generate(PROMPT, greedy_config(24))
         assert out.tokens == ref and out.stats.extras["forward"] == "compiled" and runner.failed is None
         runs.append(runner.startup)
     built, loaded, repaired = runs
@@ -258,7 +262,7 @@ def test_the_buckets_of_a_float32_model_share_one_copy_of_its_weights(tmp_path) 
         fast = make_tiny("llama", vocab=96, seed=SEED)
         runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
         runners.append(runner)
-        assert build_decoder("pld", fast).generate(PROMPT, greedy_config(24)).tokens == ref
+        assert build_decoder("pld", fast, None, TWO_BUCKETS).generate(PROMPT, greedy_config(24)).tokens == ref
         loaded = [run for run in runner._packages.values() if run is not None]
         assert len(loaded) > 1 and all(isinstance(run, aot.SharedPackage) for run in loaded)
         storages = [{t.untyped_storage().data_ptr() for t in run._weights} for run in loaded]

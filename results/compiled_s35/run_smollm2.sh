@@ -9,9 +9,11 @@
 set -euo pipefail
 TAG=${TAG:-amx_fp32}
 PY=${PY:-.venv/bin/python}
-OUT=results/compiled_s35
+OUT=${OUT:-results/compiled_s35}
+LLAMA=(--llamacpp ${LLAMACPP:-})
+if [ -n "${NO_LLAMACPP:-}" ]; then LLAMA=(); fi  # our engine only
 for ds in ${DATASETS:-mtbench gsm8k humaneval}; do
   /usr/bin/time -f "wall_s %e" "$PY" -m fastforward bench --model smollm2-135m --dataset "$ds" --limit 3 \
-    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all --llamacpp ${LLAMACPP:-} \
+    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all "${LLAMA[@]}" \
     --out "$OUT/bench_${ds}_${TAG}.json" 2> "$OUT/bench_${ds}_${TAG}.log"
 done
