@@ -102,6 +102,21 @@ def test_cost_curve_schema_and_cache(tmp_path, monkeypatch):
     assert [r["k"] for r in wider] == [1, 2, 4, 8]
 
 
+@pytest.mark.parametrize("text", ['[{"k": 1, "ms"', "{}", '[{"ms": 3.0}]', "[1, 2]"])
+def test_a_cost_curve_cache_that_does_not_read_is_measured_again(tmp_path, monkeypatch, capsys, text):
+    """A cut-short or edited cache file costs one line and a new measurement, never a traceback in the build
+    of a decoder that reads the curve (jacobi's and lookahead's gates, suffix, recycle, Chimera)."""
+    monkeypatch.setenv("FASTFORWARD_CACHE", str(tmp_path))
+    m = make_tiny()
+    f = costs.cache_file("tiny-llama", "float32", "default", 16)
+    f.parent.mkdir(parents=True)
+    f.write_text(text)
+    curve = costs.cached_curve(m, ks=(1, 2), context=16, repeats=1)
+    assert [r["k"] for r in curve] == [1, 2] and json.loads(f.read_text()) == curve
+    err = capsys.readouterr().err
+    assert "does not read" in err and len(err.strip().splitlines()) == 1
+
+
 def _curve(dtype: str, path: str, isa: str, k1: float, rel: dict[int, float]) -> list[dict]:
     return [{"model": "smollm2-135m", "dtype": dtype, "isa": isa, "path": path, "k": k, "ms": k1 * r,
              "relative_to_k1": r} for k, r in {1: 1.0, **rel}.items()]  # fmt: skip
@@ -152,6 +167,26 @@ def test_path_auto_chooses_from_recorded_curves_without_measuring(tmp_path, monk
     pick = costs.auto_config("smollm2-135m", "auto", "auto", k)
     assert (pick.dtype, pick.path) == expected
     assert pick.why.startswith(f"k={k}: {expected[0]}/{expected[1]}")
+
+
+def test_path_auto_measures_again_over_a_cache_file_that_does_not_read(tmp_path, monkeypatch, capsys):
+    """A cut-short cache file of one configuration costs one line and a measurement of that configuration
+    (here stubbed with its recorded curve), not a traceback before the command starts."""
+    from fastforward.models import loading
+
+    _record_curves(tmp_path, monkeypatch, AVX2)
+    costs.cache_file("smollm2-135m", "bfloat16", "default").write_text('[{"k": 1, "ms"')
+    remeasured: list[str] = []
+
+    def measure(loaded, **kw):
+        remeasured.append(loaded)
+        return costs.group_curves(AVX2)[("bfloat16", "default")]
+
+    monkeypatch.setattr(loading, "load_model", lambda model, dtype, *a, **kw: f"{dtype}")
+    monkeypatch.setattr(costs, "cached_curve", measure)
+    pick = costs.auto_config("smollm2-135m", "auto", "auto", 8)
+    assert (pick.dtype, pick.path) == ("float32", "prepacked") and remeasured == ["bfloat16"]
+    assert sum("does not read" in line for line in capsys.readouterr().err.splitlines()) == 1
 
 
 def _record_curves(tmp_path, monkeypatch, curves: list[dict]) -> None:

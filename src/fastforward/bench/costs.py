@@ -7,7 +7,6 @@ functions of recorded curves, testable with curves from both kinds of CPU.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from fastforward.models.costs import (  # noqa: F401  (re-exported: the commands
     cost_curve,
     interpolate,
     measure_curve,
+    read_curve,
 )
 
 # --------------------------------------------------------------------------- choices from recorded curves
@@ -106,7 +106,7 @@ def auto_config(
             except FastForwardError:
                 continue
             f = cache_file(name, d, p)
-            cached = json.loads(f.read_text()) if f.exists() else []
+            cached = read_curve(f) or []
             if cached and _ms_at(cached, k) is not None:
                 records += cached
                 continue

@@ -23,6 +23,7 @@ import torch
 from fastforward.core.compiled import bucket, compiled
 from fastforward.core.engine import Block, ModelEngine
 from fastforward.hardware import cpu_isa
+from fastforward.log import log
 from fastforward.models.kernels import path_of
 from fastforward.models.loading import LoadedModel, cache_root
 
@@ -138,15 +139,33 @@ def cache_file(model: str, dtype: str, path: str, context: int = 128, engine: st
     return cache_root() / "costs" / (re.sub(r"[^A-Za-z0-9.+_-]+", "_", key) + ".json")
 
 
+def read_curve(f: Path) -> list[dict] | None:
+    """The curve stored in ``f``, or None when there is none; a file that does not read as ``k, ms`` records
+    (cut short, edited) is said in one line and taken as none, so the caller measures again."""
+    if not f.exists():
+        return None
+    try:
+        cached = json.loads(f.read_text())
+        if not isinstance(cached, list):
+            raise TypeError("not a list of records")
+        for r in cached:
+            r["k"], r["ms"] = int(r["k"]), float(r["ms"])
+    except (ValueError, TypeError, KeyError) as e:
+        log(f"cost curve {f} does not read ({type(e).__name__}); measuring it again")
+        return None
+    return cached
+
+
 def cached_curve(
     loaded: LoadedModel, refresh: bool = False, ks: tuple[int, ...] = KS, context: int = 128, repeats: int = 5
 ) -> list[dict]:
-    """The curve from the per-machine cache when it covers ``ks``; measured (and stored) otherwise."""
+    """The curve from the per-machine cache when it covers ``ks``; measured (and stored) otherwise. A cache
+    file that does not read as a curve (cut short, edited) is said in one line and measured again: the
+    decoders that size their steps by it (jacobi, lookahead, suffix, recycle, Chimera) read it when built."""
     f = cache_file(loaded.name, loaded.dtype, path_of(loaded.model), context, engine_of(loaded.model))
-    if f.exists() and not refresh:
-        cached = json.loads(f.read_text())
-        if set(ks) <= {r["k"] for r in cached}:
-            return [r for r in cached if r["k"] in ks]
+    cached = None if refresh else read_curve(f)
+    if cached is not None and set(ks) <= {r["k"] for r in cached}:
+        return [r for r in cached if r["k"] in ks]
     curve = cost_curve(loaded, ks, context, repeats)
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(".tmp")
