@@ -12,8 +12,9 @@ PY=${PY:-.venv/bin/python}
 OUT=${OUT:-results/compiled_s35}
 LLAMA=(--llamacpp ${LLAMACPP:-})
 if [ -n "${NO_LLAMACPP:-}" ]; then LLAMA=(); fi  # our engine only
+# LIMIT (default 3) prompts per dataset, METHODS (default all) the rows: e.g. LIMIT=8 for a longer run
 for ds in ${DATASETS:-mtbench gsm8k humaneval}; do
-  /usr/bin/time -f "wall_s %e" "$PY" -m fastforward bench --model smollm2-135m --dataset "$ds" --limit 3 \
-    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods all "${LLAMA[@]}" \
+  /usr/bin/time -f "wall_s %e" "$PY" -m fastforward bench --model smollm2-135m --dataset "$ds" --limit "${LIMIT:-3}" \
+    --max-new-tokens 128 --threads 2 --dtype float32 --path auto --compile on --methods "${METHODS:-all}" "${LLAMA[@]}" \
     --out "$OUT/bench_${ds}_${TAG}.json" 2> "$OUT/bench_${ds}_${TAG}.log"
 done
