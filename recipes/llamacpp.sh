@@ -13,7 +13,8 @@
 #
 # ISA=avx2 builds for AVX2 only (no AVX-512, no AMX: the reference for a run under the AVX2 cap,
 # ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2) into its own folder (default $LLAMA-avx2), whose convert
-# links the native folder's GGUFs when they are there; pass that folder to `fastforward bench --llamacpp DIR`.
+# links another build's GGUFs (the native folder's or another ISA's) when they are there; pass that folder
+# to `fastforward bench --llamacpp DIR`.
 # ISA=avx512: AVX-512 (VBMI, VNNI, BF16) without AMX, for a virtual machine that lists AMX but whose native
 # build crashed on quantized weights (SIGILL/SIGSEGV in its AMX path on the session-35 Xeon; F32 ran).
 set -euo pipefail
@@ -65,9 +66,12 @@ build() {
 convert() {
   local GGUF=${GGUF:-$(gguf)}
   for q in $KINDS; do
-    if [ "$LLAMA" != "$NATIVE_DIR" ] && [ -f "$NATIVE_DIR/$MODEL-$q.gguf" ] && [ ! -e "$LLAMA/$MODEL-$q.gguf" ]; then
-      ln -s "$NATIVE_DIR/$MODEL-$q.gguf" "$LLAMA/$MODEL-$q.gguf"  # the same weights, whatever the build
-    fi
+    for other in "$NATIVE_DIR" "$NATIVE_DIR"-*; do  # another build's conversion: the same weights, whatever the build
+      if [ "$other" != "$LLAMA" ] && [ -f "$other/$MODEL-$q.gguf" ] && [ ! -L "$other/$MODEL-$q.gguf" ] \
+        && [ ! -e "$LLAMA/$MODEL-$q.gguf" ]; then
+        ln -s "$other/$MODEL-$q.gguf" "$LLAMA/$MODEL-$q.gguf"
+      fi
+    done
     [ -f "$LLAMA/$MODEL-$q.gguf" ] || LD_LIBRARY_PATH=$BIN "$BIN/llama-quantize" --allow-requantize \
       "$GGUF" "$LLAMA/$MODEL-$q.gguf" "$q" > "$LLAMA/quantize-$MODEL-$q.log" 2>&1
     echo "converted: $LLAMA/$MODEL-$q.gguf"
