@@ -637,3 +637,78 @@ def test_a_template_package_keeps_no_original_of_a_weight_it_laid_out(tmp_path) 
     assert torch.allclose(run(x).float(), model(x).float(), atol=1e-2)
     kept = run.get_constant_fqns()
     assert not {"up_0_qweight", "out_qweight"} & set(kept), kept  # laid out, so the originals are gone
+
+
+class _Tied(torch.nn.Module):
+    """A bias-free linear, a linear with a bias and an LM head tied to the embedding: what the transposing
+    rewrite must tell apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32, bias=False)
+        self.mix = torch.nn.Linear(32, 16, bias=True)
+        self.embed = torch.nn.Embedding(50, 16)
+        self.head = torch.nn.Linear(16, 50, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mix(torch.relu(self.up(x))) + self.embed(ids))
+
+
+def test_transposing_rewrite_holds_only_bias_free_linear_weights_transposed() -> None:
+    """Each weight only bias-free linears read is held as its transpose in the exported program, never in
+    the model; a biased linear's weight (bf16 would round its sum twice) and a tied head stay as they are,
+    and the program computes what the model computes."""
+    from fastforward.core.aot import transpose_linear_weights
+
+    torch.manual_seed(SEED)
+    model = _Tied().eval()
+    before = model.up.weight.detach().clone()
+    args = (torch.arange(4), torch.randn(4, 16))
+    program = torch.export.export(model, args, strict=False)
+    assert transpose_linear_weights(program) == ["up.weight"]
+    assert (
+        program.state_dict["up.weight"].shape == (16, 32) and program.state_dict["up.weight"].is_contiguous()
+    )
+    assert torch.equal(program.state_dict["up.weight"], before.t())
+    assert torch.equal(model.up.weight, before)  # the model keeps its own layout
+    assert program.state_dict["mix.weight"].shape == (16, 32)  # [out, in] as loaded
+    assert program.state_dict["head.weight"].shape == (50, 16)
+    ops = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert ops.count(torch.ops.aten.linear.default) == 2 and torch.ops.aten.matmul.default in ops
+    assert torch.allclose(program.module()(*args), model(*args), atol=1e-5)
+
+
+@pytest.mark.skipif(
+    not __import__("fastforward.core.compiled", fromlist=["amx_usable"]).amx_usable(),
+    reason="the bf16 GEMM templates run where AMX does (gemm_backends)",
+)
+def test_a_bf16_template_package_keeps_no_original_of_a_transposed_weight(tmp_path) -> None:
+    """With the weights transposed, the templates lay them out and drop the originals: a bf16 package holds
+    its weights once (SmolLM2-135M's 1-token package held 543 MB for 270 MB of weights before)."""
+    from fastforward.core.aot import flatten_state_names, transpose_linear_weights
+
+    torch.manual_seed(SEED)
+    model = torch.nn.ModuleDict(
+        {"up": torch.nn.Linear(64, 128, bias=False), "out": torch.nn.Linear(128, 32, bias=False)}
+    )
+    model = model.to(torch.bfloat16).eval()
+    model.forward = lambda x: model["out"](torch.relu(model["up"](x)))  # an instance's own forward
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    program = torch.export.export(model, (x,), strict=False)
+    flatten_state_names(program)
+    assert transpose_linear_weights(program) == ["up_weight", "out_weight"]
+    package = torch._inductor.aoti_compile_and_package(
+        program,
+        package_path=str(tmp_path / "m.pt2"),
+        inductor_configs={
+            "freezing": True,
+            "max_autotune": True,
+            "max_autotune_gemm_backends": "CPP",
+            "cpp.weight_prepack": True,
+        },
+    )
+    run = torch._inductor.aoti_load_package(package)
+    assert torch.allclose(run(x).float(), model(x).float(), atol=5e-2)
+    kept = run.get_constant_fqns()
+    assert not {"up_weight", "out_weight"} & set(kept), kept

@@ -297,6 +297,8 @@ def build(
             args = (ids, pos, mask, where, *[t.clone() for t in kv])
             program = torch.export.export(step, args, strict=False)
         flatten_state_names(program)
+        if gemm == "CPP" and not shared:  # the templates alone: ATen's GEMMs keep their plain weights
+            transpose_linear_weights(program)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.pt2")
         os.close(fd)
         part = Path(name)
@@ -351,6 +353,66 @@ def flatten_state_names(program: torch.export.ExportedProgram) -> dict[str, str]
         if spec.target in names:
             spec.target = names[spec.target]
     return names
+
+
+def transpose_linear_weights(program: torch.export.ExportedProgram) -> list[str]:
+    """Hold each weight that only bias-free ``aten.linear`` calls read as its transpose, in place: the
+    program's copy of ``W`` [out, in] becomes ``W.T`` contiguous [in, out] and each ``linear(x, W)`` becomes
+    ``matmul(x, W.T)``, the same product. Returns the weights' targets. The model's own parameters are not
+    touched (the program's state dict gets new tensors). A weight that anything else reads (a tied
+    embedding), of another rank, or a linear with a bias (``matmul`` then ``add`` rounds twice in bf16 where
+    ``linear`` rounds once) stays as it is.
+
+    Why: inductor's GEMM templates lay a frozen weight out for their micro-kernels and drop the original only
+    when they read the constant itself (:func:`flatten_state_names`). ``linear`` reads it through a transposing
+    view, so every bf16 package on the templates kept each weight twice: SmolLM2-135M's 1-token package
+    543 MB for 270 MB of weights, Qwen2.5-Coder-1.5B's 6.6 GB for 3.1 GB, with which its 8-token build was
+    killed for want of memory on a 23.5 GiB machine (results/compiled_s41/qwen15_bf16_oom.txt)."""
+    from torch.export.graph_signature import InputKind
+
+    graph = program.graph
+    kinds = (InputKind.PARAMETER, InputKind.BUFFER)
+    specs = {s.arg.name: s for s in program.graph_signature.input_specs if s.kind in kinds and s.target}
+    linear = torch.ops.aten.linear.default
+
+    def reads_as_weight(user: torch.fx.Node, node: torch.fx.Node) -> bool:
+        bias = user.args[2] if len(user.args) > 2 else user.kwargs.get("bias")
+        return (
+            user.target is linear
+            and len(user.args) >= 2
+            and user.args[1] is node
+            and user.args[0] is not node
+            and bias is None
+        )
+
+    done = []
+    for node in list(graph.nodes):
+        spec = specs.get(node.name)
+        if node.op != "placeholder" or spec is None or not node.users:
+            continue
+        store = program.state_dict if spec.target in program.state_dict else program.constants
+        old = store.get(spec.target)
+        if not isinstance(old, torch.Tensor) or old.dim() != 2 or not old.is_floating_point():
+            continue
+        if not all(reads_as_weight(user, node) for user in node.users):
+            continue
+        new = old.detach().t().contiguous()
+        store[spec.target] = (
+            torch.nn.Parameter(new, requires_grad=False) if spec.kind == InputKind.PARAMETER else new
+        )
+        fake = node.meta["val"]
+        with fake.fake_mode:
+            node.meta["val"] = torch.empty(new.shape, dtype=new.dtype, device=fake.device)
+            for user in list(node.users):
+                with graph.inserting_before(user):
+                    product = graph.call_function(torch.ops.aten.matmul.default, (user.args[0], node))
+                product.meta.update({k: v for k, v in user.meta.items() if k != "val"})
+                product.meta["val"] = torch.matmul(user.args[0].meta["val"], node.meta["val"])
+                user.replace_all_uses_with(product)
+                graph.erase_node(user)
+        done.append(spec.target)
+    program.graph_module.recompile()
+    return done
 
 
 SHARED_CONFIG = {
