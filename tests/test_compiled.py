@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastforward.core.compiled import BUCKETS, bucket, compiled, tier, tiers
+from fastforward.core.compiled import BUCKETS, amx_usable, bucket, compiled, tier, tiers
 from fastforward.core.engine import Block, ModelEngine, compile_forward
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative import draft_models
@@ -600,6 +600,23 @@ def test_a_build_trims_the_store_to_its_bound_and_keeps_what_it_uses(tmp_path, m
         aot.store_limit()
 
 
+def _on_templates(program: torch.export.ExportedProgram, path: Path):
+    """``program`` compiled into the package ``path`` with inductor's GEMM templates alone, loaded."""
+    package = torch._inductor.aoti_compile_and_package(
+        program,
+        package_path=str(path),
+        inductor_configs={
+            "freezing": True,
+            "max_autotune": True,
+            "max_autotune_gemm_backends": "CPP",
+            # as fastforward.core.aot.build sets it for a package of its own (an earlier shared-weights build
+            # in this process turned it off, and the templates take frozen weights only prepacked)
+            "cpp.weight_prepack": True,
+        },
+    )
+    return torch._inductor.aoti_load_package(package)
+
+
 def test_a_template_package_keeps_no_original_of_a_weight_it_laid_out(tmp_path) -> None:
     """inductor's GEMM templates lay each frozen weight out for their micro-kernels and drop the original
     only when the graph names it as the constant is named; an exported program names it by its module path,
@@ -621,19 +638,7 @@ def test_a_template_package_keeps_no_original_of_a_weight_it_laid_out(tmp_path) 
     assert renamed["up.0.qweight"] == "up_0_qweight" and renamed["out.scales"] == "out_scales"
     assert all("." not in spec.target for spec in program.graph_signature.input_specs if spec.target)
     assert torch.equal(program.module()(x), model(x))
-    package = torch._inductor.aoti_compile_and_package(
-        program,
-        package_path=str(tmp_path / "m.pt2"),
-        inductor_configs={
-            "freezing": True,
-            "max_autotune": True,
-            "max_autotune_gemm_backends": "CPP",
-            # as fastforward.core.aot.build sets it for a package of its own (an earlier shared-weights build
-            # in this process turned it off, and the templates take frozen weights only prepacked)
-            "cpp.weight_prepack": True,
-        },
-    )
-    run = torch._inductor.aoti_load_package(package)
+    run = _on_templates(program, tmp_path / "m.pt2")
     assert torch.allclose(run(x).float(), model(x).float(), atol=1e-2)
     kept = run.get_constant_fqns()
     assert not {"up_0_qweight", "out_qweight"} & set(kept), kept  # laid out, so the originals are gone
@@ -680,7 +685,7 @@ def test_transposing_rewrite_holds_only_bias_free_linear_weights_transposed() ->
 
 
 @pytest.mark.skipif(
-    not __import__("fastforward.core.compiled", fromlist=["amx_usable"]).amx_usable(),
+    not amx_usable(),
     reason="the bf16 GEMM templates run where AMX does (gemm_backends)",
 )
 def test_a_bf16_template_package_keeps_no_original_of_a_transposed_weight(tmp_path) -> None:
@@ -698,17 +703,7 @@ def test_a_bf16_template_package_keeps_no_original_of_a_transposed_weight(tmp_pa
     program = torch.export.export(model, (x,), strict=False)
     flatten_state_names(program)
     assert transpose_linear_weights(program) == ["up_weight", "out_weight"]
-    package = torch._inductor.aoti_compile_and_package(
-        program,
-        package_path=str(tmp_path / "m.pt2"),
-        inductor_configs={
-            "freezing": True,
-            "max_autotune": True,
-            "max_autotune_gemm_backends": "CPP",
-            "cpp.weight_prepack": True,
-        },
-    )
-    run = torch._inductor.aoti_load_package(package)
+    run = _on_templates(program, tmp_path / "m.pt2")
     assert torch.allclose(run(x).float(), model(x).float(), atol=5e-2)
     kept = run.get_constant_fqns()
     assert not {"up_weight", "out_weight"} & set(kept), kept
