@@ -39,6 +39,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("path-unknown", ["generate", "--path", "foo", HI], "invalid choice: 'foo'"),
     ("llamacpp-not-built", ["bench", "--llamacpp", "nowhere"], "llama.cpp is not built in nowhere"),
     ("weights-unknown", ["generate", "--weights", "int2", HI], "invalid choice: 'int2'"),
+    ("buckets-odd-width", ["bench", "--buckets", "1,3"], "--buckets takes auto or widths from 1,2,4,8,16,32"),
+    ("buckets-empty", ["generate", "--buckets", ",", HI], "--buckets takes auto or widths"),
     ("weights-with-path", ["bench", "--weights", "int8", "--path", "prepacked"], "takes no kernel path"),
     (
         "weights-with-fp32-head",

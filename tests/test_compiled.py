@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastforward.core.compiled import BUCKETS, amx_usable, bucket, compiled, tier, tiers
+from fastforward.core.compiled import (
+    BUCKETS,
+    amx_usable,
+    bucket,
+    buckets_that_fit,
+    compiled,
+    parse_buckets,
+    tier,
+    tiers,
+)
 from fastforward.core.engine import Block, ModelEngine, compile_forward
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative import draft_models
@@ -37,6 +46,56 @@ def pair():
 def test_buckets() -> None:
     assert [bucket(k) for k in (1, 2, 3, 5, 8, 9, 32)] == [1, 2, 4, 8, 8, 16, 32]
     assert bucket(BUCKETS[-1] + 1) is None
+    assert [bucket(k, (8, 1)) for k in (1, 2, 7, 8, 9)] == [1, 8, 8, 8, None]
+
+
+def test_a_bucket_set_is_bounded_by_the_memory_its_packages_take() -> None:
+    """Packages that hold their own weights: as many as fit in free memory with room for one more build,
+    AR's 1-token width first, then 8; unknown memory or plenty of it: every bucket. The 1.5B in bf16 on a
+    24 GB machine (3.09 GB of weights, ~20 GB free once loaded) gets 1 and 8, which session 41 measured
+    fitting (22.7 GB peak), where a third bucket's build would not."""
+    assert buckets_that_fit(int(3.09e9), int(20e9)) == (1, 8)
+    assert buckets_that_fit(int(3.09e9), int(12e9)) == (1,)
+    assert buckets_that_fit(int(3.09e9), None) == BUCKETS
+    assert buckets_that_fit(int(0.27e9), int(20e9)) == BUCKETS  # SmolLM2 in bf16
+    assert buckets_that_fit(int(3.09e9), int(25e9)) == (1, 8, 32)
+    assert parse_buckets("auto") is None and parse_buckets("8,1,8") == (1, 8)
+    for bad in ("3", "", "1,x", "64"):
+        with pytest.raises(ValueError, match="--buckets takes auto or widths"):
+            parse_buckets(bad)
+
+
+def test_a_subset_of_buckets_pads_up_to_the_next_and_keeps_tokens() -> None:
+    """Graphs for widths 1 and 8 only: prompt lookup's 2-7 token verifies run the 8-token graph (padded),
+    and the tokens are eager AR's; no other width is compiled."""
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=256, mode=None, widths=(8, 1))
+    assert runner.widths == (1, 8) and runner.identity().endswith("-w1,8")
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
+    out = build_decoder("pld", fast).generate(PROMPT, greedy_config(40))
+    assert out.tokens == ref and out.stats.extras["forward"] == "compiled"
+    assert out.stats.parallel_steps > 0 and runner.used == {1, 8}
+
+
+def test_a_package_with_no_memory_to_build_runs_its_width_eagerly(tmp_path, monkeypatch, capsys) -> None:
+    """Where each package holds its own weights and free memory cannot take one more build (which would be
+    killed with the whole process, no swap), that width runs eagerly on the same cache, said in one line,
+    and nothing is written to the store."""
+    import fastforward.core.compiled as compiled_module
+
+    monkeypatch.setattr(compiled_module.CompiledForward, "_copies_weights", lambda self: True)
+    monkeypatch.setattr(compiled_module, "available_memory", lambda: 1_000_000)
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    assert runner.widths == (1,)
+    out = build_decoder("ar", fast).generate(PROMPT, greedy_config(10))
+    assert out.tokens == build_decoder("ar", eager).generate(PROMPT, greedy_config(10)).tokens
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if "graphs for widths" in ln] == [
+        ln for ln in err if ln.startswith("[fastforward] --compile: graphs for widths 1 of 1,2,4,8,16,32")
+    ] and len([ln for ln in err if "graphs for widths" in ln]) == 1
+    assert len([ln for ln in err if "it runs eagerly instead" in ln]) == 1
+    assert not list(tmp_path.rglob("*.pt2")) and not runner.used
 
 
 def test_cache_tiers() -> None:

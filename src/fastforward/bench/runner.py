@@ -235,6 +235,8 @@ def run_bench(
         "weights": getattr(target.model, "fastforward_weights", "full"),
         "fp32_logits": bool(getattr(target.model, "fastforward_fp32_logits", False)),
         "engine": "compiled" if compiled(target.model) is not None else "eager",
+        # the widths with graphs (--buckets): a forward pads up to the next, runs eagerly past the widest
+        **({"compiled_widths": list(r.widths)} if (r := compiled(target.model)) is not None else {}),
         "dataset": dataset,
         "hardware": hardware.describe(),
         **hardware.provenance(),

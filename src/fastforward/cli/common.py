@@ -68,6 +68,16 @@ def add_model_args(
             "say whether a request ran compiled or eager and why",
         )
         p.add_argument(
+            "--buckets",
+            default=None,
+            type=bucket_widths,
+            metavar="auto|W,W,...",
+            help="with --compile on: the width buckets that get compiled graphs, from 1,2,4,8,16,32; a "
+            "forward pads up to the next one and runs eagerly past the widest [default: auto = all, or on a "
+            "CPU where each package holds its own copy of the weights (bf16 on AMX), as many as fit in free "
+            "memory, 1 and 8 first; the choice is printed]",
+        )
+        p.add_argument(
             "--weights",
             default="full",
             choices=["full", "int8", "int4"],
@@ -185,7 +195,7 @@ def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | No
         load_model(args.draft, dtype, args.device, path=args.path) if getattr(args, "draft", None) else None
     )
     if compile_choice(args) == "on":
-        compile_target(target, getattr(args, "max_new_tokens", 128))
+        compile_target(target, getattr(args, "max_new_tokens", 128), getattr(args, "buckets", None))
     return target, draft
 
 
@@ -202,6 +212,16 @@ def compile_pays(device: str, command: str) -> tuple[bool, str]:
     return False, f"`{command}` on a CPU would spend longer compiling than decoding; --compile on forces it"
 
 
+def bucket_widths(text: str) -> tuple[int, ...] | None:
+    """``--buckets`` parsed (argparse reports a bad one in one line, exit 2)."""
+    from fastforward.core.compiled import parse_buckets
+
+    try:
+        return parse_buckets(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def compile_choice(args: argparse.Namespace) -> str:
     """``args.compile`` with ``auto`` resolved (printed once with why): ``on`` or ``off``."""
     choice = getattr(args, "compile", "off")
@@ -213,9 +233,10 @@ def compile_choice(args: argparse.Namespace) -> str:
     return args.compile
 
 
-def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
+def compile_target(target: LoadedModel, max_new_tokens: int, widths: tuple[int, ...] | None = None) -> None:
     """``--compile on``: give the target compiled forwards with a fixed cache that holds a long prompt
-    (512 tokens), the answer and the widest bucket; a request that needs more runs eagerly and says so."""
+    (512 tokens), the answer and the widest bucket; a request that needs more runs eagerly and says so.
+    ``widths``: ``--buckets`` (None: auto, :class:`fastforward.core.compiled.CompiledForward`)."""
     from fastforward.core.aot import store_limit
     from fastforward.core.compiled import BUCKETS, inductor_cache
     from fastforward.core.engine import compile_forward
@@ -225,7 +246,7 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
     capacity = 1 << (512 + max_new_tokens + BUCKETS[-1] - 1).bit_length()
     cuda = next(target.model.parameters()).is_cuda  # GPU: CUDA graphs (cuBLAS needs no GEMM autotuning)
     if cuda:
-        compile_forward(target.model, capacity, mode="reduce-overhead")
+        compile_forward(target.model, capacity, mode="reduce-overhead", widths=widths)
         log(f"--compile on: one CUDA graph per width bucket on first use (fixed cache of {capacity} slots)")
         return
     store = compiled_dir()
@@ -233,7 +254,7 @@ def compile_target(target: LoadedModel, max_new_tokens: int) -> None:
         store_limit()  # a bad FASTFORWARD_COMPILED_GB is the user's error, said before anything compiles
     except ValueError as e:
         raise FastForwardError(str(e)) from None
-    compile_forward(target.model, capacity, mode="max-autotune", store=store)
+    compile_forward(target.model, capacity, mode="max-autotune", store=store, widths=widths)
     log(
         f"--compile on: decoding forwards compiled per width bucket on first use (fixed cache of {capacity} "
         f"slots), kept in {store} so later runs load them in seconds"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +69,77 @@ def tier(capacity: int, need: int) -> int | None:
     return next((t for t in tiers(capacity) if t >= need), None)
 
 
-def bucket(k: int) -> int | None:
-    """The compiled width that serves a forward over ``k`` tokens, or None when it is wider than any."""
-    return next((b for b in BUCKETS if b >= k), None)
+def bucket(k: int, widths: Sequence[int] = BUCKETS) -> int | None:
+    """The compiled width among ``widths`` that serves a forward over ``k`` tokens (it is padded up to it),
+    or None when it is wider than any."""
+    return next((b for b in sorted(widths) if b >= k), None)
+
+
+# the widths kept first when memory holds fewer packages than :data:`BUCKETS`: AR's step, the verify of a
+# short draft chain (gamma <= 7), the widest trees (lookahead, suffix, recycle), then the rest
+BUCKET_PRIORITY = (1, 8, 32, 4, 16, 2)
+# a package that holds its own copy of the weights (inductor's GEMM templates lay them out per graph): what
+# building one takes beyond the memory already in use, and what it holds once loaded, as multiples of the
+# model's weight bytes. Measured on Qwen2.5-Coder-1.5B bf16 (3.09 GB of weights) on the AMX Xeon, session
+# 41: the 8-token build beside the loaded 1-token package peaked at 22.7 GB with 3.1 GB of eager model and
+# 3.7 GB of package in use (~15.4 GB, 5x); a package on disk and in memory is 3.7 GB (1.2x).
+BUILD_FACTOR = 5.0
+PACKAGE_FACTOR = 1.2
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s parameters and buffers, each storage counted once (tied weights share one)."""
+    seen: dict[int, int] = {}
+    for t in model.state_dict(keep_vars=True).values():
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def available_memory() -> int | None:
+    """The memory the kernel says new allocations can take without swapping (``MemAvailable``, bytes), or
+    None where /proc/meminfo does not say (then nothing is bounded by it)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def buckets_that_fit(weights: int, available: int | None) -> tuple[int, ...]:
+    """The width buckets whose packages fit in ``available`` bytes when each holds its own copy of
+    ``weights`` bytes of weights: every package built after the others are loaded, the last build needing
+    :data:`BUILD_FACTOR` times the weights on top (:data:`BUCKET_PRIORITY` says which go first; at least
+    the 1-token one). All of :data:`BUCKETS` when ``available`` is unknown.
+
+    Why: six copies of a 1.5B model's bf16 weights (3.7 GB each) do not fit a 24 GB machine, and a build
+    that runs out of memory is killed with the whole process (no swap): session 41's 8-token build of the
+    1.5B in bf16 took 24.3 GB before the weights were held once. Two buckets (1 and 8) fit, and a
+    forward of 2-7 tokens pads to 8 (its 8-token step costs 1.09x the 1-token one there)."""
+    if available is None:
+        return BUCKETS
+    room = available - BUILD_FACTOR * weights
+    n = 1 + max(0, int(room // (PACKAGE_FACTOR * weights))) if weights else len(BUCKETS)
+    return tuple(sorted(BUCKET_PRIORITY[: min(n, len(BUCKETS))]))
+
+
+def parse_buckets(text: str) -> tuple[int, ...] | None:
+    """``--buckets``: ``auto`` (None: every bucket that fits in memory, :func:`buckets_that_fit`) or a
+    comma-separated subset of :data:`BUCKETS`. ValueError, in one line, for anything else."""
+    if text.strip() == "auto":
+        return None
+    try:
+        widths = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        widths = []
+    if not widths or any(w not in BUCKETS for w in widths):
+        raise ValueError(
+            f"--buckets takes auto or widths from {','.join(map(str, BUCKETS))} (comma-separated), got {text!r}"
+        )
+    return tuple(widths)
 
 
 def inductor_cache(root: str) -> None:
@@ -263,7 +331,11 @@ class CompiledForward:
         capacity: int = DEFAULT_CAPACITY,
         mode: str | None = "max-autotune",
         store: Path | None = None,
+        widths: Sequence[int] | None = None,
     ):
+        """``widths``: the width buckets that get graphs (a subset of :data:`BUCKETS`; a forward pads up to
+        the next one and runs eagerly past the widest); None: all of them, or with a ``store`` and packages
+        that hold their own weights, as many as fit in memory (:func:`buckets_that_fit`)."""
         import torch._dynamo
         import torch._inductor.config as inductor_config
 
@@ -300,6 +372,39 @@ class CompiledForward:
         # per key: its loaded package, or None when packaging it failed (that key then uses torch.compile)
         self._packages: dict[tuple[int, bool, int], Callable[..., Any] | None] = {}
         self.startup: dict[str, dict[str, float]] = {}  # package name -> {"built_s"/"loaded_s": seconds}
+        self._no_room: set[tuple[int, bool, int]] = set()  # keys whose package would not fit in memory
+        self.widths = self._choose_widths(widths)
+
+    def _copies_weights(self) -> bool:
+        """Whether each package this forward builds holds its own copy of the weights (a store's packages on
+        inductor's GEMM templates; float32 and int8 ones share one copy, :func:`shares_weights`)."""
+        return self.store is not None and not self.shared_weights
+
+    def _choose_widths(self, asked: Sequence[int] | None) -> tuple[int, ...]:
+        """The width buckets that get graphs: those asked for, else every one whose package fits (said in one
+        line when that is fewer than all)."""
+        if asked is not None:
+            return tuple(sorted(set(asked)))
+        if not self._copies_weights():
+            return BUCKETS
+        size, free = weight_bytes(self.model), available_memory()
+        fit = buckets_that_fit(size, free)
+        if fit != BUCKETS:
+            log(
+                f"--compile: graphs for widths {','.join(map(str, fit))} of {','.join(map(str, BUCKETS))}: "
+                f"each package holds its own ~{PACKAGE_FACTOR * size / 1e9:.1f} GB copy of the weights and "
+                f"{(free or 0) / 1e9:.1f} GB is free; a forward pads up to the next of them and runs eagerly "
+                "past the widest (--buckets sets them)"
+            )
+        return fit
+
+    def room_to_build(self) -> tuple[float, float] | None:
+        """(GB a package build needs, GB free) when building one now would not fit in memory, else None
+        (always None for packages that share the weights, or where the free memory is unknown)."""
+        if not self._copies_weights() or (free := available_memory()) is None:
+            return None
+        need = BUILD_FACTOR * weight_bytes(self.model)
+        return (need / 1e9, free / 1e9) if free < need else None
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
         out = self._step(self.model, ids, pos, mask, self.cache, hidden=hidden)
@@ -342,6 +447,8 @@ class CompiledForward:
                 )
             try:
                 out = self._packaged(key, ids, pos, mask) if self.store is not None else None
+                if key in self._no_room:  # no memory to build its package: this width runs eagerly
+                    return self._forward(ids, pos, mask, hidden)
                 logits, states = out if out is not None else self._fn(ids, pos, mask, hidden)
                 self.used.add(int(ids.shape[1]))
                 if self.graphs:  # a CUDA graph's outputs are overwritten by its next replay: keep copies
@@ -387,6 +494,13 @@ class CompiledForward:
             path = self.store / fp / aot.package_name(k, hidden, size)
             aot.mark_used(path.parent)
             for attempt in range(2):
+                if not path.exists() and (short := self.room_to_build()) is not None:
+                    log(
+                        f"--compile: building {what} needs ~{short[0]:.1f} GB and {short[1]:.1f} GB is free: "
+                        "it runs eagerly instead (--buckets sets fewer widths)"
+                    )
+                    self._no_room.add(key)
+                    return None
                 if not path.exists():
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
                     t0 = time.perf_counter()
@@ -458,10 +572,12 @@ class CompiledForward:
     def identity(self) -> str:
         """What a cost measured through these graphs is filed under: ``compiled-`` and the packages'
         fingerprint on a CPU store (a new model, weights, code or CPU gives new graphs, so new costs), else the
-        kind of graphs (CUDA graphs, or torch.compile in this process)."""
+        kind of graphs (CUDA graphs, or torch.compile in this process); with fewer widths than
+        :data:`BUCKETS`, ``-w`` and those widths (a 2-token step padded to 8 costs the 8-token step's)."""
+        subset = "" if self.widths == BUCKETS else "-w" + ",".join(map(str, self.widths))
         if self.store is None:
-            return "compiled-" + ("cudagraphs" if self.graphs else "inprocess")
-        return f"compiled-{self._packages_fingerprint()}"
+            return "compiled-" + ("cudagraphs" if self.graphs else "inprocess") + subset
+        return f"compiled-{self._packages_fingerprint()}{subset}"
 
     def _packages_fingerprint(self) -> str:
         """The key of this model's packages in the store (:func:`fastforward.core.aot.fingerprint`), hashed

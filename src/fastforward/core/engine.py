@@ -216,12 +216,13 @@ def compile_forward(
     capacity: int = DEFAULT_CAPACITY,
     mode: str | None = "max-autotune",
     store: Path | None = None,
+    widths: Sequence[int] | None = None,
 ) -> CompiledForward:
     """Give ``model`` compiled decoding forwards (:mod:`fastforward.core.compiled`) over a fixed cache of
     ``capacity`` slots: a plain attribute read by :class:`ModelEngine`; the model itself is not changed and
     nothing compiles until a width bucket is first used. ``store``: a directory where each compiled
     forward is kept as an AOTInductor package (CPU), so later processes load it instead of compiling."""
-    runner = CompiledForward(model, model_call, capacity, mode, store)
+    runner = CompiledForward(model, model_call, capacity, mode, store, widths)
     model.fastforward_compiled = runner
     return runner
 
@@ -432,8 +433,8 @@ class ModelEngine:
         k = max(len(b.tokens) for b in blocks)
         if self._runner is not None and self._start + k > self.cache.capacity:
             self._leave_fixed_cache("eager (outgrew the compiled forward's fixed cache mid-request)")
-        width = bucket(k) if self._runner is not None else None
-        if width in self.widths and self._start + width <= self.cache.capacity:
+        width = self._width(k)
+        if width is not None and self._start + width <= self.cache.capacity:
             return self._fixed_forward(blocks, pad_id, hidden, width, param)
         ids, pos, mask = block_inputs(
             m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
@@ -450,6 +451,13 @@ class ModelEngine:
         sizes = [len(b.tokens) for b in blocks]
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
         return Forward(out.logits, sizes, states, ids.numel(), ms)
+
+    def _width(self, k: int) -> int | None:
+        """The compiled width a forward over ``k`` tokens pads up to: the narrowest that both this engine
+        runs and the compiled forward has graphs for (None: eager, or no compiled forward)."""
+        if self._runner is None:
+            return None
+        return bucket(k, [w for w in self._runner.widths if w in self.widths])
 
     def _leave_fixed_cache(self, why: str) -> None:
         """Move the rows into a static cache of their own (one copy) and go on eagerly; the compiled forward
@@ -517,11 +525,11 @@ class ModelEngine:
     def _fixed_feed(self, ids: torch.Tensor) -> torch.Tensor:
         """:meth:`feed` on the compiled forward's fixed cache: the next-token logits after ``ids`` [1, k]."""
         k = ids.shape[1]
-        if bucket(k) in self.widths:
+        if self._width(k) is not None:
             out = self.forward([Block.chain(ids[0].tolist())])
             self.keep([list(range(k))])
             return out.logits[0][k - 1]
-        if k <= DRAFT_SPLIT and 1 in self.widths:
+        if k <= DRAFT_SPLIT and self._width(1) == 1:
             for t in ids[0].tolist():
                 out = self.forward([Block.chain([t])])
                 self.keep([[0]])
@@ -568,7 +576,7 @@ def warm_buckets(
         for size in sizes or (0,):
             engine.start(ids, hidden, capacity=max(0, size - BUCKETS[-1]))  # lands in the tier of that size
             try:
-                for w in widths:
+                for w in (w for w in widths if w in runner.widths):
                     engine.forward([Block.chain([0] * w)], hidden=hidden)
                     engine.truncate(0, 8)
             finally:
