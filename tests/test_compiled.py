@@ -52,13 +52,13 @@ def test_buckets() -> None:
 def test_a_bucket_set_is_bounded_by_the_memory_its_packages_take() -> None:
     """Packages that hold their own weights: as many as fit in free memory with room for one more build,
     AR's 1-token width first, then 8; unknown memory or plenty of it: every bucket. The 1.5B in bf16 on a
-    24 GB machine (3.09 GB of weights, ~20 GB free once loaded) gets 1 and 8, which session 41 measured
+    24 GB machine (3.56 GB of state, ~20 GB free once loaded) gets 1 and 8, which session 41 measured
     fitting (22.7 GB peak), where a third bucket's build would not."""
-    assert buckets_that_fit(int(3.09e9), int(20e9)) == (1, 8)
-    assert buckets_that_fit(int(3.09e9), int(12e9)) == (1,)
-    assert buckets_that_fit(int(3.09e9), None) == BUCKETS
+    assert buckets_that_fit(int(3.56e9), int(20e9)) == (1, 8)
+    assert buckets_that_fit(int(3.56e9), int(12e9)) == (1,)
+    assert buckets_that_fit(int(3.56e9), None) == BUCKETS
     assert buckets_that_fit(int(0.27e9), int(20e9)) == BUCKETS  # SmolLM2 in bf16
-    assert buckets_that_fit(int(3.09e9), int(25e9)) == (1, 8, 32)
+    assert buckets_that_fit(int(3.56e9), int(25e9)) == (1, 8, 32)
     assert parse_buckets("auto") is None and parse_buckets("8,1,8") == (1, 8)
     for bad in ("3", "", "1,x", "64"):
         with pytest.raises(ValueError, match="--buckets takes auto or widths"):
@@ -82,9 +82,10 @@ def test_a_package_with_no_memory_to_build_runs_its_width_eagerly(tmp_path, monk
     killed with the whole process, no swap), that width runs eagerly on the same cache, said in one line,
     and nothing is written to the store."""
     import fastforward.core.compiled as compiled_module
+    import fastforward.core.memory as memory_module
 
     monkeypatch.setattr(compiled_module.CompiledForward, "_copies_weights", lambda self: True)
-    monkeypatch.setattr(compiled_module, "available_memory", lambda: 1_000_000)
+    monkeypatch.setattr(memory_module, "available_memory", lambda: 1_000_000)
     eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
     runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
     assert runner.widths == (1,)

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from fastforward.core import memory
 from fastforward.core.cache import FixedCache
 from fastforward.log import log
 
@@ -78,52 +79,16 @@ def bucket(k: int, widths: Sequence[int] = BUCKETS) -> int | None:
 # the widths kept first when memory holds fewer packages than :data:`BUCKETS`: AR's step, the verify of a
 # short draft chain (gamma <= 7), the widest trees (lookahead, suffix, recycle), then the rest
 BUCKET_PRIORITY = (1, 8, 32, 4, 16, 2)
-# a package that holds its own copy of the weights (inductor's GEMM templates lay them out per graph): what
-# building one takes beyond the memory already in use, and what it holds once loaded, as multiples of the
-# model's weight bytes. Measured on Qwen2.5-Coder-1.5B bf16 (3.09 GB of weights) on the AMX Xeon, session
-# 41: the 8-token build beside the loaded 1-token package peaked at 22.7 GB with 3.1 GB of eager model and
-# 3.7 GB of package in use (~15.4 GB, 5x); a package on disk and in memory is 3.7 GB (1.2x).
-BUILD_FACTOR = 5.0
-PACKAGE_FACTOR = 1.2
-
-
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of ``model``'s parameters and buffers, each storage counted once (tied weights share one)."""
-    seen: dict[int, int] = {}
-    for t in model.state_dict(keep_vars=True).values():
-        if isinstance(t, torch.Tensor) and t.device.type != "meta":
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values())
-
-
-def available_memory() -> int | None:
-    """The memory the kernel says new allocations can take without swapping (``MemAvailable``, bytes), or
-    None where /proc/meminfo does not say (then nothing is bounded by it)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def buckets_that_fit(weights: int, available: int | None) -> tuple[int, ...]:
     """The width buckets whose packages fit in ``available`` bytes when each holds its own copy of
-    ``weights`` bytes of weights: every package built after the others are loaded, the last build needing
-    :data:`BUILD_FACTOR` times the weights on top (:data:`BUCKET_PRIORITY` says which go first; at least
-    the 1-token one). All of :data:`BUCKETS` when ``available`` is unknown.
-
-    Why: six copies of a 1.5B model's bf16 weights (3.7 GB each) do not fit a 24 GB machine, and a build
-    that runs out of memory is killed with the whole process (no swap): session 41's 8-token build of the
-    1.5B in bf16 took 24.3 GB before the weights were held once. Two buckets (1 and 8) fit, and a
-    forward of 2-7 tokens pads to 8 (its 8-token step costs 1.09x the 1-token one there)."""
-    if available is None:
-        return BUCKETS
-    room = available - BUILD_FACTOR * weights
-    n = 1 + max(0, int(room // (PACKAGE_FACTOR * weights))) if weights else len(BUCKETS)
-    return tuple(sorted(BUCKET_PRIORITY[: min(n, len(BUCKETS))]))
+    ``weights`` bytes of weights (:func:`fastforward.core.memory.packages_that_fit`), the first in
+    :data:`BUCKET_PRIORITY`. Why: six copies of a 1.5B model's bf16 weights (3.7 GB each) do not fit a
+    24 GB machine, and a build that runs out of memory is killed with the whole process; two buckets (1 and
+    8) fit, and a forward of 2-7 tokens pads to 8 (its 8-token step costs 1.09x the 1-token one there)."""
+    n = memory.packages_that_fit(weights, available, len(BUCKETS))
+    return tuple(sorted(BUCKET_PRIORITY[:n]))
 
 
 def parse_buckets(text: str) -> tuple[int, ...] | None:
@@ -387,12 +352,12 @@ class CompiledForward:
             return tuple(sorted(set(asked)))
         if not self._copies_weights():
             return BUCKETS
-        size, free = weight_bytes(self.model), available_memory()
+        size, free = memory.weight_bytes(self.model), memory.available_memory()
         fit = buckets_that_fit(size, free)
         if fit != BUCKETS:
             log(
                 f"--compile: graphs for widths {','.join(map(str, fit))} of {','.join(map(str, BUCKETS))}: "
-                f"each package holds its own ~{PACKAGE_FACTOR * size / 1e9:.1f} GB copy of the weights and "
+                f"each package holds its own ~{memory.PACKAGE_FACTOR * size / 1e9:.1f} GB copy of the weights and "
                 f"{(free or 0) / 1e9:.1f} GB is free; a forward pads up to the next of them and runs eagerly "
                 "past the widest (--buckets sets them)"
             )
@@ -401,10 +366,9 @@ class CompiledForward:
     def room_to_build(self) -> tuple[float, float] | None:
         """(GB a package build needs, GB free) when building one now would not fit in memory, else None
         (always None for packages that share the weights, or where the free memory is unknown)."""
-        if not self._copies_weights() or (free := available_memory()) is None:
+        if not self._copies_weights():
             return None
-        need = BUILD_FACTOR * weight_bytes(self.model)
-        return (need / 1e9, free / 1e9) if free < need else None
+        return memory.build_shortfall(memory.weight_bytes(self.model))
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
         out = self._step(self.model, ids, pos, mask, self.cache, hidden=hidden)
@@ -505,6 +469,7 @@ class CompiledForward:
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")
                     t0 = time.perf_counter()
                     self._build(example, hidden, path, what)
+                    memory.return_freed_memory()  # a build's temporaries: ~4x the weights, freed
                     times["built_s"] = round(time.perf_counter() - t0, 2)
                     self._trim_store()
                 t0 = time.perf_counter()

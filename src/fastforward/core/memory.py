@@ -1,0 +1,81 @@
+"""How much memory compiled packages take, and how many fit: the policy behind ``--buckets auto``.
+
+Why a module of its own: packages are keyed by a hash of the code they hold (:data:`fastforward.core.aot.TRACED`);
+this policy is not in them, so tuning it must not rebuild every package.
+
+A package on inductor's GEMM templates holds its own copy of the weights (bf16 on AMX); building one takes
+several times the weights on top of what the process holds, and a build that runs out of memory is killed
+with the whole process (these machines have no swap). Measured on Qwen2.5-Coder-1.5B in bf16 (3.56 GB of
+state) on a 2-vCPU AMX Xeon with 23.5 GiB: the 1-token build peaked at 19.6 GB resident (15.2 GB, 4.3x the
+weights, above the loaded model; session 42), the 8-token build beside the loaded 1-token package at 22.7 GB
+(session 41), and a package on disk and in memory is 3.7 GB (1.04x).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+
+import torch
+
+BUILD_FACTOR = 4.3  # a build's peak above the process's resident memory, in weight bytes
+PACKAGE_FACTOR = 1.04  # a loaded package that holds its own weights, in weight bytes
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s parameters and buffers, each storage counted once (tied weights share one)."""
+    seen: dict[int, int] = {}
+    for t in model.state_dict(keep_vars=True).values():
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def available_memory() -> int | None:
+    """The memory the kernel says new allocations can take without swapping (``MemAvailable``, bytes), or
+    None where /proc/meminfo does not say (then nothing is bounded by it)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def packages_that_fit(weights: int, available: int | None, most: int) -> int:
+    """How many packages that each hold ``weights`` bytes of weights fit in ``available`` bytes, each built
+    after the others are loaded, the last build needing :data:`BUILD_FACTOR` times the weights on top; at
+    least 1 (a build that would not fit is refused when it comes, :func:`build_shortfall`), at most ``most``
+    (all of them where ``available`` is unknown)."""
+    if available is None or not weights:
+        return most
+    room = available - BUILD_FACTOR * weights
+    return max(1, min(most, 1 + int(room // (PACKAGE_FACTOR * weights)))) if room > 0 else 1
+
+
+def build_shortfall(weights: int) -> tuple[float, float] | None:
+    """(GB a build of a package holding ``weights`` bytes needs, GB free) when it would not fit now, else
+    None (also where the free memory is unknown). Memory an earlier build freed is handed back first
+    (:func:`return_freed_memory`), so it counts as free."""
+    return_freed_memory()
+    free = available_memory()
+    need = BUILD_FACTOR * weights
+    return (need / 1e9, free / 1e9) if free is not None and free < need else None
+
+
+def return_freed_memory() -> None:
+    """Collect garbage and ask glibc to give its freed heap back to the system (``malloc_trim``; a no-op
+    elsewhere). Why: a package build frees ~15 GB of temporaries for the 1.5B, which glibc keeps mapped, so
+    the kernel's ``MemAvailable`` (what the next build is checked against, and what any other process can
+    take) stays that much lower until it is returned."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):
+        return
