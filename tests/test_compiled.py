@@ -25,7 +25,7 @@ from fastforward.core.compiled import (
     tier,
     tiers,
 )
-from fastforward.core.engine import Block, ModelEngine, compile_forward
+from fastforward.core.engine import Block, ModelEngine, compile_forward, warm_buckets
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative import draft_models
 from tests.conftest import greedy_config, make_tiny
@@ -65,16 +65,26 @@ def test_a_bucket_set_is_bounded_by_the_memory_its_packages_take() -> None:
             parse_buckets(bad)
 
 
-def test_a_subset_of_buckets_pads_up_to_the_next_and_keeps_tokens() -> None:
+def test_a_subset_of_buckets_pads_up_to_the_next_and_keeps_tokens(pair) -> None:
     """Graphs for widths 1 and 8 only: prompt lookup's 2-7 token verifies run the 8-token graph (padded),
-    and the tokens are eager AR's; no other width is compiled."""
-    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
-    runner = compile_forward(fast.model, capacity=256, mode=None, widths=(8, 1))
-    assert runner.widths == (1, 8) and runner.identity().endswith("-w1,8")
-    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
-    out = build_decoder("pld", fast).generate(PROMPT, greedy_config(40))
-    assert out.tokens == ref and out.stats.extras["forward"] == "compiled"
-    assert out.stats.parallel_steps > 0 and runner.used == {1, 8}
+    and the tokens are eager AR's; no other width runs. A warm-up asking for width 1 where only 8 is
+    compiled warms the 8 it pads up to. (The module's compiled model, its width set narrowed for the test:
+    its graphs compile once for the module.)"""
+    eager, fast = pair
+    runner = compiled(fast.model)
+    kept = runner.widths, runner.used
+    try:
+        runner.widths, runner.used = (1, 8), set()
+        assert runner.identity().endswith("-w1,8")
+        ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(40)).tokens
+        out = build_decoder("pld", fast).generate(PROMPT, greedy_config(40))
+        assert out.tokens == ref and out.stats.extras["forward"] == "compiled"
+        assert out.stats.parallel_steps > 0 and runner.used == {1, 8}
+        runner.widths, runner.used = (8,), set()
+        warm_buckets(fast.model, (1,))
+        assert runner.used == {8}
+    finally:
+        runner.widths, runner.used = kept
 
 
 def test_a_package_with_no_memory_to_build_runs_its_width_eagerly(tmp_path, monkeypatch, capsys) -> None:
@@ -95,8 +105,10 @@ def test_a_package_with_no_memory_to_build_runs_its_width_eagerly(tmp_path, monk
     assert [ln for ln in err if "graphs for widths" in ln] == [
         ln for ln in err if ln.startswith("[fastforward] --compile: graphs for widths 1 of 1,2,4,8,16,32")
     ] and len([ln for ln in err if "graphs for widths" in ln]) == 1
-    assert len([ln for ln in err if "it runs eagerly instead" in ln]) == 1
-    assert not list(tmp_path.rglob("*.pt2")) and not runner.used
+    assert len([ln for ln in err if "width 1 runs eagerly instead" in ln]) == 1
+    assert not list(tmp_path.rglob("*.pt2")) and not runner.used and runner.widths == ()
+    again = build_decoder("ar", fast).generate(PROMPT, greedy_config(10))  # the next request says eager
+    assert again.tokens == out.tokens and again.stats.extras["forward"].startswith("eager (no width")
 
 
 def test_cache_tiers() -> None:

@@ -240,7 +240,17 @@ def _samples(dec, c, n: int) -> tuple[list[list[int]], int]:
     return samples, multi
 
 
-@pytest.mark.parametrize("method", ["ar", "recycle", "sd", pytest.param("pld", marks=pytest.mark.slow)])
+# recycle (a tree each step) runs under the slow marker: its tree sampling is in test_sampling_methods, and
+# the mask under sampling here with ar and sd (the suite's time budget)
+@pytest.mark.parametrize(
+    "method",
+    [
+        "ar",
+        pytest.param("recycle", marks=pytest.mark.slow),
+        "sd",
+        pytest.param("pld", marks=pytest.mark.slow),
+    ],
+)
 def test_sampling_under_a_constraint_follows_the_masked_distribution(method) -> None:
     target = distribution.tiny_target(12, 0, 3.0)
     draft = distribution.tiny_target(12, 1, 3.0)

@@ -74,8 +74,8 @@ def add_model_args(
             metavar="auto|W,W,...",
             help="with --compile on: the width buckets that get compiled graphs, from 1,2,4,8,16,32; a "
             "forward pads up to the next one and runs eagerly past the widest [default: auto = all, or on a "
-            "CPU where each package holds its own copy of the weights (bf16 on AMX), as many as fit in free "
-            "memory, 1 and 8 first; the choice is printed]",
+            "CPU where each package holds its own copy of the weights (any model but float32 with full "
+            "weights: bf16, int8/int4), as many as fit in free memory, 1 and 8 first; the choice is printed]",
         )
         p.add_argument(
             "--weights",

@@ -341,8 +341,9 @@ class CompiledForward:
         self.widths = self._choose_widths(widths)
 
     def _copies_weights(self) -> bool:
-        """Whether each package this forward builds holds its own copy of the weights (a store's packages on
-        inductor's GEMM templates; float32 and int8 ones share one copy, :func:`shares_weights`)."""
+        """Whether each package this forward builds holds its own copy of the weights: a store's packages of
+        any model but a float32 one with full-precision weights (:func:`shares_weights`): bf16/fp16 (oneDNN's
+        or the templates' prepacked weights) and int8/int4 weights."""
         return self.store is not None and not self.shared_weights
 
     def _choose_widths(self, asked: Sequence[int] | None) -> tuple[int, ...]:
@@ -363,12 +364,19 @@ class CompiledForward:
             )
         return fit
 
-    def room_to_build(self) -> tuple[float, float] | None:
-        """(GB a package build needs, GB free) when building one now would not fit in memory, else None
-        (always None for packages that share the weights, or where the free memory is unknown)."""
+    def room_for(self, build: bool) -> tuple[float, float] | None:
+        """(GB building, or else loading, a package needs; GB free) when that would not fit in memory now,
+        else None (always None for packages that share the weights, or where the free memory is unknown)."""
         if not self._copies_weights():
             return None
-        return memory.build_shortfall(memory.weight_bytes(self.model))
+        return memory.shortfall(memory.weight_bytes(self.model), build)
+
+    def _refuse(self, key: tuple[int, bool, int]) -> None:
+        """No memory for ``key``'s package: this forward runs eagerly, and its width leaves :attr:`widths`,
+        so later forwards pad up to the next compiled width (or run eagerly past the widest) and the run's
+        records list only the widths that ran compiled. Never retried in this process."""
+        self._no_room.add(key)
+        self.widths = tuple(w for w in self.widths if w != key[0])
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, hidden: bool) -> Any:
         out = self._step(self.model, ids, pos, mask, self.cache, hidden=hidden)
@@ -458,12 +466,13 @@ class CompiledForward:
             path = self.store / fp / aot.package_name(k, hidden, size)
             aot.mark_used(path.parent)
             for attempt in range(2):
-                if not path.exists() and (short := self.room_to_build()) is not None:
+                if (short := self.room_for(build=not path.exists())) is not None:
                     log(
-                        f"--compile: building {what} needs ~{short[0]:.1f} GB and {short[1]:.1f} GB is free: "
-                        "it runs eagerly instead (--buckets sets fewer widths)"
+                        f"--compile: {'building' if not path.exists() else 'loading'} {what} needs "
+                        f"~{short[0]:.1f} GB and {short[1]:.1f} GB is free: width {k} runs eagerly instead "
+                        "(--buckets sets fewer widths)"
                     )
-                    self._no_room.add(key)
+                    self._refuse(key)
                     return None
                 if not path.exists():
                     log(f"--compile: compiling {what} (first use; kept in {path.parent} for later runs)")

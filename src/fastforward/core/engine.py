@@ -357,7 +357,9 @@ class ModelEngine:
         runner = compiled(self.model) if self.use_compiled else None
         if runner is not None:
             need = max(capacity, ids.shape[1]) + BUCKETS[-1]
-            if need > runner.capacity:
+            if not runner.widths:
+                self.ran = "eager (no width's compiled forward fits in memory)"
+            elif need > runner.capacity:
                 self.ran = f"eager (needs {capacity} cache slots, compiled for {runner.capacity})"
             elif (cache := runner.acquire(need)) is None:
                 self.ran = "eager (the compiled forward was busy with another request)"
@@ -575,8 +577,8 @@ def warm_buckets(
     with torch.inference_mode():
         for size in sizes or (0,):
             engine.start(ids, hidden, capacity=max(0, size - BUCKETS[-1]))  # lands in the tier of that size
-            try:
-                for w in (w for w in widths if w in runner.widths):
+            try:  # each asked width warms the graph it pads up to (none past the widest compiled width)
+                for w in sorted({b for w in widths if (b := bucket(w, runner.widths)) is not None}):
                     engine.forward([Block.chain([0] * w)], hidden=hidden)
                     engine.truncate(0, 8)
             finally:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
+from collections.abc import Callable
 
 import torch
 
@@ -48,7 +50,7 @@ def available_memory() -> int | None:
 def packages_that_fit(weights: int, available: int | None, most: int) -> int:
     """How many packages that each hold ``weights`` bytes of weights fit in ``available`` bytes, each built
     after the others are loaded, the last build needing :data:`BUILD_FACTOR` times the weights on top; at
-    least 1 (a build that would not fit is refused when it comes, :func:`build_shortfall`), at most ``most``
+    least 1 (a build that would not fit is refused when it comes, :func:`shortfall`), at most ``most``
     (all of them where ``available`` is unknown)."""
     if available is None or not weights:
         return most
@@ -56,13 +58,13 @@ def packages_that_fit(weights: int, available: int | None, most: int) -> int:
     return max(1, min(most, 1 + int(room // (PACKAGE_FACTOR * weights)))) if room > 0 else 1
 
 
-def build_shortfall(weights: int) -> tuple[float, float] | None:
-    """(GB a build of a package holding ``weights`` bytes needs, GB free) when it would not fit now, else
-    None (also where the free memory is unknown). Memory an earlier build freed is handed back first
-    (:func:`return_freed_memory`), so it counts as free."""
+def shortfall(weights: int, build: bool) -> tuple[float, float] | None:
+    """(GB that building, or else loading, a package holding ``weights`` bytes of weights needs; GB free)
+    when it would not fit now, else None (also where the free memory is unknown). Memory an earlier build
+    freed is handed back first (:func:`return_freed_memory`), so it counts as free."""
     return_freed_memory()
     free = available_memory()
-    need = BUILD_FACTOR * weights
+    need = (BUILD_FACTOR if build else PACKAGE_FACTOR) * weights
     return (need / 1e9, free / 1e9) if free is not None and free < need else None
 
 
@@ -72,10 +74,19 @@ def return_freed_memory() -> None:
     the kernel's ``MemAvailable`` (what the next build is checked against, and what any other process can
     take) stays that much lower until it is returned."""
     gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once (``find_library`` runs ``ldconfig``); None where there is none."""
     name = ctypes.util.find_library("c")
-    if name is None:
-        return
     try:
-        ctypes.CDLL(name).malloc_trim(0)
+        fn = ctypes.CDLL(name).malloc_trim if name is not None else None
     except (OSError, AttributeError):
-        return
+        return None
+    if fn is not None:
+        fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
