@@ -125,6 +125,18 @@ def test_a_torn_last_line_is_dropped_on_resume(tmp_path: Path) -> None:
     assert [json.loads(line) for line in path.read_text().splitlines()][-1]["turn"] == 1
 
 
+def test_the_stop_message_counts_the_turns_in_the_file_not_in_memory(tmp_path: Path) -> None:
+    """Ctrl-C between a turn's fsync and its entry in ``done`` (the race that once hid the --resume hint in
+    the CLI test below): the file holds the turn, so the count a resume will find comes from the file."""
+    path = tmp_path / "r.samples.jsonl"
+    log = SampleLog.open(path, {"a": 1}, resume=False)
+    log.append({"index": 0, "turn": 0, "methods": {}})
+    del log.done[(0, 0)]  # as if the interrupt landed before the dict was updated
+    assert log.saved_turns() == 1
+    log.close(remove=True)
+    assert log.saved_turns() == 0  # no file: nothing saved
+
+
 def test_atomic_write_replaces_whole_files_and_leaves_no_temporaries(tmp_path: Path) -> None:
     target = tmp_path / "r.json"
     atomic_write_text(target, "old")

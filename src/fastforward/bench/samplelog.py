@@ -103,6 +103,14 @@ class SampleLog:
         os.fsync(self._file.fileno())
         self.done[(record["index"], record["turn"])] = record
 
+    def saved_turns(self) -> int:
+        """How many finished turns the file holds: what a ``--resume`` would find. Read from the file, not
+        from :attr:`done`, because a Ctrl-C can land between a turn's fsync and its entry in :attr:`done`."""
+        try:
+            return len(read(self.path)[1])
+        except (FastForwardError, OSError):
+            return len(self.done)
+
     def close(self, remove: bool = False) -> None:
         if self._file is not None:
             self._file.close()

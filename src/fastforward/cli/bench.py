@@ -183,9 +183,10 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:  # Ctrl-C or a crash: say where the finished turns are
         if sample_log is not None:
             sample_log.close()
-        if sample_log is not None and sample_log.done:
+        saved = sample_log.saved_turns() if sample_log is not None else 0
+        if sample_log is not None and saved:
             log(
-                f"stopped: {len(sample_log.done)} finished turns are saved in {sample_log.path}; "
+                f"stopped: {saved} finished turns are saved in {sample_log.path}; "
                 "run the same command with --resume to continue"
             )
         raise
