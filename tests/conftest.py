@@ -3,6 +3,7 @@ tests), and real prompts from GSM8K held-out, MT-bench and HumanEval rendered wi
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import pytest
@@ -12,6 +13,16 @@ from fastforward.core.decoder import GenerationConfig
 from fastforward.data import load_dataset, render_prompt
 from fastforward.eval.distribution import tiny_model
 from fastforward.models.loading import LoadedModel, load_model
+
+# `make test` runs two pytest workers (pytest-xdist) on a 2-core machine: most tests run tiny models, whose
+# steps are Python overhead on one core, so two at a time use both cores. Each worker's torch then gets one
+# thread, so the real-model tests of the two workers share the cores instead of oversubscribing them.
+TEST_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if torch.get_num_threads() != TEST_THREADS:
+        torch.set_num_threads(TEST_THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +37,7 @@ def _restore_torch_threads():
 
 @pytest.fixture(scope="session")
 def smollm2() -> LoadedModel:
-    return load_model("smollm2-135m", "float32", threads=2)
+    return load_model("smollm2-135m", "float32", threads=TEST_THREADS)
 
 
 @pytest.fixture(scope="session")

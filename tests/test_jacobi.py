@@ -21,7 +21,7 @@ from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import is_pulled, load_model
 
-from .conftest import HALVES, greedy_ar, greedy_config, make_tiny
+from .conftest import HALVES, TEST_THREADS, greedy_ar, greedy_config, make_tiny
 
 
 def ar_reference(model: torch.nn.Module, prompt, n: int, eos: tuple[int, ...] = ()) -> list[int]:
@@ -214,7 +214,7 @@ def test_jacobi_real_model_eos_inside_block(smollm2, real_prompts):
 def test_gemma3_equals_greedy_ar():
     if not is_pulled("gemma3-270m"):
         pytest.skip("gemma3-270m is not converted in $FASTFORWARD_CACHE")
-    gemma = load_model("gemma3-270m", "float32", threads=2)
+    gemma = load_model("gemma3-270m", "float32", threads=TEST_THREADS)
     ids = gemma.tokenizer("The capital of France is")["input_ids"]
     dec = JacobiDecoder(gemma.model, JacobiConfig(block_size=8))
     assert dec.generate(ids, greedy_config(30)).tokens == ar_reference(gemma.model, ids, 30)

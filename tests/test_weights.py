@@ -23,7 +23,7 @@ from fastforward.models.loading import LoadedModel, load_model, weights_of
 from fastforward.models.quantize import layer_kinds, quantize_linear, quantized_copy
 from fastforward.models.weights import weights_error
 
-from .conftest import greedy_ar, greedy_config, make_tiny
+from .conftest import TEST_THREADS, greedy_ar, greedy_config, make_tiny
 
 PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3  # repetitive: pld finds guesses
 
@@ -80,7 +80,7 @@ def test_full_and_auto_are_no_conflict() -> None:
 
 @pytest.fixture(scope="module")
 def smollm2_int8() -> LoadedModel:
-    return load_model("smollm2-135m", "float32", threads=2, weights="int8")
+    return load_model("smollm2-135m", "float32", threads=TEST_THREADS, weights="int8")
 
 
 def test_load_model_quantizes_every_linear_and_keeps_the_eos_ids(smollm2_int8, smollm2) -> None:
