@@ -21,6 +21,7 @@ from fastforward.core.compiled import (
     bucket,
     buckets_that_fit,
     compiled,
+    inductor_cache,
     parse_buckets,
     tier,
     tiers,
@@ -779,3 +780,31 @@ def test_a_bf16_template_package_keeps_no_original_of_a_transposed_weight(tmp_pa
     assert torch.allclose(run(x).float(), model(x).float(), atol=5e-2)
     kept = run.get_constant_fqns()
     assert not {"up_weight", "out_weight"} & set(kept), kept
+
+
+def test_inductor_s_cache_has_a_folder_per_isa(tmp_path, monkeypatch) -> None:
+    """A process under an ISA cap must not read inductor's cache entries from an uncapped one (on the AMX Xeon
+    they gave tiny compiled models NaN logits): the folder is named by the ISA the process may use, under our
+    root or torch's default, and a folder the user chose is kept."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os; from fastforward.core.compiled import inductor_cache; "
+        f"inductor_cache({str(tmp_path)!r}); print(os.environ['TORCHINDUCTOR_CACHE_DIR'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    env.pop("ONEDNN_MAX_CPU_ISA", None)
+    capped = {**env, "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    folders = [
+        Path(subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, check=True)
+             .stdout.strip())
+        for e in (env, capped)
+    ]  # fmt: skip
+    assert all(f.parent == tmp_path / "inductor" for f in folders)
+    assert folders[1].name.startswith("avx2-")
+    assert folders[0] != folders[1]
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    inductor_cache(str(tmp_path / "ours"))
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")  # the user's choice stands

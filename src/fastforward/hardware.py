@@ -73,6 +73,24 @@ def cpu_flags() -> set[str]:
     return limit_flags(_cpuinfo()[1], isa_limit())
 
 
+def isa_key() -> str:
+    """A short folder name for the instructions this process may use: torch's capability and a hash of the
+    CPU's name, its usable flags and the ``ONEDNN_MAX_CPU_ISA`` cap.
+
+    Why: inductor's on-disk caches are keyed by what is compiled, not by the ISA it was compiled for. On the
+    AMX Xeon, a process under the AVX2 cap that shared them with uncapped runs compiled tiny models whose
+    logits came out NaN (session 43; with a fresh cache the same test passed), so each ISA gets a cache of
+    its own (:func:`fastforward.core.compiled.inductor_cache`)."""
+    import hashlib
+    import json
+
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    described = json.dumps([cpu_name(), sorted(cpu_flags()), capability, isa_limit()])
+    return f"{capability.lower()}-{hashlib.sha256(described.encode()).hexdigest()[:10]}"
+
+
 def cpu_isa() -> str:
     """torch's CPU capability (e.g. AVX2, AVX512) plus the bf16 / VNNI / AMX extensions this process may use
     (:func:`cpu_flags`: those the CPU reports, less what an ISA cap removes)."""

@@ -107,12 +107,17 @@ def parse_buckets(text: str) -> tuple[int, ...] | None:
     return tuple(widths)
 
 
-def inductor_cache(root: str) -> None:
+def inductor_cache(root: str | None = None) -> None:
     """Keep inductor's compiled kernels and autotuning results under ``root`` (read by inductor at compile
-    time), so a second process reuses them; a ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept. (Our graphs
+    time), so a second process reuses them, in a folder of this process's ISA (:func:`isa_key`: a process
+    under an ISA cap must not read entries compiled without it; they gave NaN logits); ``root`` None: under
+    torch's own default folder. A ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept. (Our graphs
     bypass inductor's FX graph cache in torch 2.13: freezing prepacks the weights into mkldnn tensors, which
     inductor cannot pickle; a second process still lowers every bucket again, ~55 s of a first compile's
     ~80 s on a 2-core CPU. Settings that do cache run at eager speed: results/compile_startup.)"""
+    from fastforward.hardware import isa_key
+
+    key = isa_key()
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     try:  # torch writes its default into the environment on first use: that one is not the user's choice
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
@@ -120,8 +125,15 @@ def inductor_cache(root: str) -> None:
         torch_default = os.path.abspath(default_cache_dir())
     except ImportError:
         torch_default = None
-    if current is None or os.path.abspath(current) == torch_default:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
+    keyed = current is not None and os.path.basename(os.path.normpath(current)) == key  # set here before
+    if not (current is None or keyed or os.path.abspath(current) == torch_default):
+        return  # the user's own folder
+    if root is not None:
+        base = os.path.join(root, "inductor")
+    else:
+        base = os.path.dirname(os.path.normpath(current)) if keyed and current else torch_default
+    if base is not None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, key)
 
 
 GQA_SDPA = "fastforward_gqa_sdpa"  # the attention implementation compiled models run with (registered below)
@@ -304,6 +316,7 @@ class CompiledForward:
         import torch._dynamo
         import torch._inductor.config as inductor_config
 
+        inductor_cache()  # a folder per ISA, under the CLI's root where it set one, else torch's default
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
         self.gemm = gemm_backends(next(model.parameters()).dtype, int4=int4_weights(model))
         self.shared_weights = shares_weights(model)
