@@ -398,7 +398,7 @@ def test_a_packaged_forward_gives_the_hidden_states_too(tmp_path) -> None:
     assert torch.allclose(out.hidden[0], ref.hidden[0], atol=1e-4)
 
 
-def test_a_package_is_never_loaded_for_other_weights_or_another_dtype() -> None:
+def test_a_package_is_never_loaded_for_other_weights_or_another_dtype(monkeypatch) -> None:
     from fastforward.core.aot import fingerprint
 
     a, b = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
@@ -410,6 +410,9 @@ def test_a_package_is_never_loaded_for_other_weights_or_another_dtype() -> None:
     assert fingerprint(a.model, True) != fingerprint(a.model, False)  # max-autotune or not
     assert fingerprint(a.model) != fingerprint(a.model.to(torch.bfloat16))
     assert fingerprint(make_tiny("qwen2", vocab=96, seed=SEED).model) != fingerprint(a.model)
+    uncapped = fingerprint(a.model)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the same CPU seen as an AVX2-only one: other code
+    assert fingerprint(a.model) != uncapped
 
 
 def test_a_package_that_fails_to_build_compiles_in_process_instead(tmp_path, monkeypatch, capsys) -> None:

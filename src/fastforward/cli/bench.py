@@ -183,12 +183,11 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:  # Ctrl-C or a crash: say where the finished turns are
         if sample_log is not None:
             sample_log.close()
-        saved = sample_log.saved_turns() if sample_log is not None else 0
-        if sample_log is not None and saved:
-            log(
-                f"stopped: {saved} finished turns are saved in {sample_log.path}; "
-                "run the same command with --resume to continue"
-            )
+            if saved := sample_log.saved_turns():
+                log(
+                    f"stopped: {saved} finished turns are saved in {sample_log.path}; "
+                    "run the same command with --resume to continue"
+                )
         raise
     if draft is not None:
         result["draft"] = draft.name

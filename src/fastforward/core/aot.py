@@ -116,14 +116,15 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
     """A short hash naming everything a package's code and weights depend on: the model's class, config
     (attention implementation included), weights (every state-dict tensor, sampled, and the digests that
     prepacked layers keep of theirs), kernel path, quantization and float32 head, the device, torch and
-    transformers versions, our traced code (:data:`TRACED`), the CPU (model name and the feature flags this
-    process may use: inductor compiles for the machine it runs on, so a package from another CPU of the
-    same torch capability could hold instructions this one lacks), the thread count the GEMMs were tuned
+    transformers versions, our traced code (:data:`TRACED`), the CPU (:func:`~fastforward.hardware.isa_key`:
+    its name, the feature flags this process may use and the ISA cap; inductor compiles for the machine it
+    runs on, so a package from another CPU of the same torch capability could hold instructions this one
+    lacks), the thread count the GEMMs were tuned
     for, :data:`FORMAT`, and ``extra``. The model's path is left out: the same weights from another
     directory load the same packages."""
     import transformers
 
-    from fastforward.hardware import cpu_flags, cpu_name
+    from fastforward.hardware import isa_key
 
     h = hashlib.sha256()
     config = getattr(model, "config", None)
@@ -142,10 +143,7 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
         torch.__version__,
         transformers.__version__,
         _code_digest(),
-        cpu_name(),
-        sorted(cpu_flags()),
-        torch.backends.cpu.get_cpu_capability(),
-        os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+        isa_key(),
         torch.get_num_threads(),
         *extra,
     ]

@@ -131,7 +131,7 @@ def inductor_cache(root: str | None = None) -> None:
     if root is not None:
         base = os.path.join(root, "inductor")
     else:
-        base = os.path.dirname(os.path.normpath(current)) if keyed and current else torch_default
+        base = os.path.dirname(os.path.normpath(current)) if keyed else torch_default
     if base is not None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, key)
 
