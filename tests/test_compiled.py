@@ -243,14 +243,17 @@ def test_compile_failure_falls_back_in_one_line(capsys) -> None:
 def test_compiled_smollm2_equals_eager_ar(smollm2, real_prompts) -> None:
     """Real SmolLM2 through the max-autotune graphs, as ``--compile on`` builds them on a CPU: AOTInductor
     packages in the cache directory (minutes to build on 2 cores the first time, loaded after): AR and the
-    lossless methods with their default schedules equal eager greedy AR."""
+    lossless methods with their default schedules equal eager greedy AR. Three buckets, so that every step
+    runs compiled (2-7 tokens pad to 8, 9-32 to 32) and a fresh machine builds three packages, not six:
+    where each holds its own copy of the weights (a CPU whose cache holds little of them) a build takes
+    ~2.3 min on 2 cores through inductor's GEMM templates."""
     from fastforward.models.cache import compiled_dir
 
     ref = {
         i: build_decoder("ar", smollm2).generate(p, greedy_config(32)).tokens
         for i, p in enumerate(real_prompts[:2])
     }
-    runner = compile_forward(smollm2.model, capacity=1024, store=compiled_dir())
+    runner = compile_forward(smollm2.model, capacity=1024, store=compiled_dir(), widths=(1, 8, 32))
     try:
         for method in ("ar", "pld", "lookahead", "jacobi"):
             for i, p in enumerate(real_prompts[:2]):
@@ -343,6 +346,45 @@ def test_the_buckets_of_a_float32_model_share_one_copy_of_its_weights(tmp_path) 
         pools.append(storages[0])
     assert pools[0] == pools[1]
     assert all(aot.weights_apart(p) for p in tmp_path.glob("*/k*.pt2"))
+
+
+def test_float32_weights_too_large_for_the_cpu_s_cache_get_a_copy_per_bucket(tmp_path, monkeypatch) -> None:
+    """Where the last-level cache holds less than half the weights, sharing saves nothing (every step streams
+    them from memory) and costs inductor's GEMM templates, so each package keeps its own laid-out copy; the
+    tokens stay eager AR's. The rule itself: SmolLM2's 0.54 GB shares on a 480 MB L3, not on a 32 MB one."""
+    from fastforward.core import aot
+    from fastforward.core.compiled import shares_weights, weights_stay_cached
+
+    smollm2, mb = 538_000_000, 1 << 20
+    assert weights_stay_cached(smollm2, 480 * mb) and not weights_stay_cached(smollm2, 32 * mb)
+    assert weights_stay_cached(smollm2, None)  # a cache of unknown size: as before, one shared copy
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    assert shares_weights(fast.model)  # a tiny model fits any cache
+    monkeypatch.setattr("fastforward.hardware.last_level_cache_bytes", lambda: 1024)
+    assert not shares_weights(fast.model)
+    ref = build_decoder("pld", eager, None, TWO_BUCKETS).generate(PROMPT, greedy_config(24)).tokens
+    runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    assert build_decoder("pld", fast, None, TWO_BUCKETS).generate(PROMPT, greedy_config(24)).tokens == ref
+    loaded = [run for run in runner._packages.values() if run is not None]
+    assert len(loaded) > 1 and not any(isinstance(run, aot.SharedPackage) for run in loaded)
+    assert not any(aot.weights_apart(p) for p in tmp_path.glob("*/k*.pt2"))
+
+
+def test_the_last_level_cache_is_read_from_sysfs(tmp_path) -> None:
+    """The highest data cache level's size, as Linux writes it; None where the system says nothing."""
+    from fastforward.hardware import last_level_cache_bytes, parse_cache_size
+
+    for i, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                             (3, "Unified", "32768K")]):  # fmt: skip
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(tmp_path) == 32 << 20
+    assert last_level_cache_bytes(tmp_path / "absent") is None
+    assert parse_cache_size("480M") == 480 << 20 and parse_cache_size("1G") == 1 << 30
+    assert parse_cache_size("512") == 512 and parse_cache_size("n/a") is None
 
 
 def test_a_loaded_package_leaves_no_unpacked_copy_on_disk(tmp_path, monkeypatch) -> None:

@@ -91,6 +91,32 @@ def isa_key() -> str:
     return f"{capability.lower()}-{hashlib.sha256(described.encode()).hexdigest()[:10]}"
 
 
+def parse_cache_size(text: str) -> int | None:
+    """Bytes in a cache size as Linux's sysfs writes it ("32768K", "480M", "1G"), None if unreadable."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in "KMG" else text
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """The size of the largest data cache the first core uses (its highest cache level: the L3 of a server
+    CPU), from Linux's sysfs; None where the system does not say. Why: whether the buckets of a compiled
+    model should share one copy of its weights depends on whether the weights stay in this cache between
+    steps (:func:`fastforward.core.compiled.shares_weights`)."""
+    best: tuple[int, int] | None = None
+    try:
+        for index in root.glob("index*"):
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level, size = int((index / "level").read_text()), parse_cache_size((index / "size").read_text())
+            if size is not None and (best is None or level > best[0]):
+                best = (level, size)
+    except (OSError, ValueError):
+        return None
+    return None if best is None else best[1]
+
+
 def cpu_isa() -> str:
     """torch's CPU capability (e.g. AVX2, AVX512) plus the bf16 / VNNI / AMX extensions this process may use
     (:func:`cpu_flags`: those the CPU reports, less what an ISA cap removes)."""

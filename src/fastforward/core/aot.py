@@ -33,7 +33,9 @@ pickled, so these packages are built with ``cpp.weight_prepack`` off, and their 
 (MKL) matmuls over the plain weights, which inductor's GEMM templates only take prepacked. Measured
 there: the 1- and 16-token steps cost what the templates' did, the 8-token step more
 (results/compiled_s34/switch.txt). bfloat16 models, whose GEMMs run on oneDNN's prepacked kernels
-(:func:`fastforward.core.compiled.gemm_backends`), and int8/int4 weights keep a copy per package
+(:func:`fastforward.core.compiled.gemm_backends`), int8/int4 weights, and float32 weights too large to stay
+in the CPU's last-level cache (where sharing saves nothing and costs the templates' kernels: 2.5x on the
+1-token step of an AMD EPYC with a 32 MB L3) keep a copy per package
 (:func:`fastforward.core.compiled.shares_weights`).
 
 Cost on disk: each package still holds its own copy (0.66 GB per bucket for SmolLM2-135M fp32, 0.54 GB

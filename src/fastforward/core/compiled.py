@@ -253,12 +253,33 @@ def amx_usable() -> bool:
 def shares_weights(model: torch.nn.Module) -> bool:
     """Whether a CPU model builds packages whose buckets share one copy of the weights
     (:mod:`fastforward.core.aot`): a float32 model with full-precision weights, whose GEMMs then run as
-    ATen's matmuls over plain tensors. Not bfloat16/float16, whose GEMMs run over prepacked weights
-    (oneDNN's, or the templates' on AMX: :func:`gemm_backends`), which cannot leave a package to be shared; not int8/int4 weights
-    (``--weights``, the qsd draft), whose packages built for sharing lost inductor's fused weight-only
-    kernels for ATen's int8 matmul (seen in the qsd draft's package, session 34)."""
+    ATen's matmuls over plain tensors, and whose weights mostly stay in the CPU's last-level cache
+    (:func:`weights_stay_cached` with :func:`fastforward.hardware.last_level_cache_bytes`). Not
+    bfloat16/float16, whose GEMMs run over prepacked weights (oneDNN's, or the templates' on AMX:
+    :func:`gemm_backends`), which cannot leave a package to be shared; not int8/int4 weights (``--weights``,
+    the qsd draft), whose packages built for sharing lost inductor's fused weight-only kernels for ATen's
+    int8 matmul (seen in the qsd draft's package, session 34)."""
     tensors = [t for t in model.state_dict().values() if isinstance(t, torch.Tensor)]
-    return all(t.dtype == torch.float32 for t in tensors if t.is_floating_point()) and not quantized(model)
+    if quantized(model) or any(t.dtype != torch.float32 for t in tensors if t.is_floating_point()):
+        return False
+    from fastforward.hardware import last_level_cache_bytes
+
+    return weights_stay_cached(memory.weight_bytes(model), last_level_cache_bytes())
+
+
+def weights_stay_cached(weights: int, cache: int | None) -> bool:
+    """Whether a last-level cache of ``cache`` bytes holds at least half of ``weights`` bytes of weights
+    (None, a cache of unknown size: assumed to), which is where sharing one copy between buckets pays.
+
+    Why: sharing buys cache residency and costs kernels. On a 2-core AMX Xeon with a 480 MB L3, SmolLM2's
+    0.54 GB of float32 weights largely stay cached between steps, and a step after another bucket's steps
+    cost 60-130 ms against 31-34 while each bucket held its own copy (results/compiled_s34/switch.txt);
+    shared, its 1-token step cost what the templates' did. On a 2-core AMD EPYC (AVX-512, no AMX) with a
+    32 MB L3, every step streams the weights from memory whichever copy it reads, so sharing saves nothing
+    there, and the shared packages' ATen (MKL) matmuls stream them at ~11 GB/s where inductor's templates
+    over prepacked weights reach ~28: the 1-token step cost 48 ms shared against 19.2 ms with a copy per
+    bucket, llama.cpp F32's 18.5-19.0 (session 44, results/compiled_s44/probe_noshare.txt)."""
+    return cache is None or 2 * cache >= weights
 
 
 def quantized(model: torch.nn.Module) -> bool:
