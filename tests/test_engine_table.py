@@ -72,3 +72,29 @@ def test_a_llamacpp_row_timed_in_the_same_run_is_the_reference() -> None:
     assert runs["ar"]["ratio_vs_llamacpp_ar_same_precision"] == 0.75  # 30 / 40, not 30 / llama-bench's 25
     assert runs["llamacpp"]["engine"] == "llamacpp" and runs["llamacpp"]["identical_to_ar_fp32"] is None
     assert runs["ar_eager"]["engine"] == "eager" and runs["ar"]["engine"] == "compiled"
+
+
+def test_an_interleaved_round_keeps_both_engines_costs_and_ratios() -> None:
+    from fastforward.bench.engine_table import interleave_row
+
+    row = interleave_row(2, "float32", {1: 20.0, 8: 31.0}, {1: 18.0, 8: 36.0})
+    assert row == {
+        "dtype": "float32", "round": 2, "ours_k1": 20.0, "ours_k8": 31.0, "ours_k8_k1": 1.55,
+        "llamacpp_k1": 18.0, "llamacpp_k8": 36.0, "llamacpp_k8_k1": 2.0,
+    }  # fmt: skip
+
+
+def test_a_timed_forward_leaves_the_cache_as_it_found_it() -> None:
+    """Every repeat of :func:`forward_ms` sees the same cached context: the engine is cut back after each."""
+    import torch
+
+    from fastforward.bench.engine_table import forward_ms
+    from fastforward.core.engine import ModelEngine
+    from tests.conftest import make_tiny
+
+    engine = ModelEngine(make_tiny("llama", vocab=96, seed=0).model)
+    with torch.inference_mode():
+        engine.start(torch.arange(3, 23)[None], capacity=64)
+        assert forward_ms(engine, 8, 3, 20) > 0
+        assert engine.lengths == [20]
+        engine.close()

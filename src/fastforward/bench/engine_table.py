@@ -10,7 +10,7 @@ Inputs, all produced on one machine in one session:
 
 The table (``python -m fastforward.bench.engine_table table``) writes the keys issue "At the hardware limit"
 names: ``runs`` (flat records), ``cost_curves`` and ``startup_s``. Nothing here times anything except
-:func:`measure_curves`.
+:func:`measure_curves` and :func:`interleave_k8_k1` (``... engine_table interleave``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from statistics import median_high
 from typing import Any
 
 # llama.cpp weight type -> (our dtype, our weights) at the same precision; Q4_1 is the 4-bit type the model
@@ -123,6 +124,70 @@ def run_details(bench: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def forward_ms(engine: Any, k: int, reps: int, context: int) -> float:
+    """Median ms of ``reps`` forwards over ``k`` fed tokens through ``engine`` (a started
+    :class:`~fastforward.core.engine.ModelEngine` holding ``context`` tokens), the cache cut back to
+    ``context`` after each, so every repeat sees the same cache."""
+    from fastforward.core.engine import Block
+
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        engine.forward([Block.chain([7] * k)])
+        ts.append((time.perf_counter() - t0) * 1e3)
+        engine.truncate(0, context)
+    return sorted(ts)[len(ts) // 2]
+
+
+def interleave_row(n: int, dtype: str, ours: dict[int, float], llama: dict[int, float]) -> dict[str, Any]:
+    """One round of :func:`interleave_k8_k1`: both engines' 1- and 8-token costs (ms) and their ratios."""
+    return {
+        "dtype": dtype, "round": n, "ours_k1": round(ours[1], 2), "ours_k8": round(ours[8], 2),
+        "ours_k8_k1": round(ours[8] / ours[1], 2), "llamacpp_k1": round(llama[1], 2),
+        "llamacpp_k8": round(llama[8], 2), "llamacpp_k8_k1": round(llama[8] / llama[1], 2),
+    }  # fmt: skip
+
+
+def interleave_k8_k1(
+    model_ref: str, dtype: str, folder: Path, rounds: int, reps: int = 9, context: int = 200
+) -> list[dict[str, Any]]:
+    """The compiled engine's 1- and 8-token forwards after ``context`` cached tokens (medians of ``reps``)
+    and llama.cpp's at the same precision (``llama-bench -p 1,8 -d context``, 5 repeats, from the
+    recipes/llamacpp.sh build in ``folder``), round after round, one row each (printed as it comes).
+
+    Why interleaved: this host's speed drifts by 15-30% within minutes, so a ratio between two engines is
+    read within a round, never across runs (session 43)."""
+    import subprocess
+
+    import torch
+
+    from fastforward.bench.llamacpp import binary, gguf_file, gguf_type
+    from fastforward.core.compiled import inductor_cache
+    from fastforward.core.engine import ModelEngine, compile_forward
+    from fastforward.models.cache import cache_root, compiled_dir
+    from fastforward.models.loading import load_model
+
+    exe, gguf = binary(folder, "llama-bench"), gguf_file(folder, model_ref, gguf_type(dtype, "full"))
+    inductor_cache(str(cache_root()))
+    lm = load_model(model_ref, dtype, path="default", threads=2)
+    compile_forward(lm.model, store=compiled_dir())
+    engine = ModelEngine(lm.model)
+    argv = [str(exe), "-m", str(gguf), *f"-p 1,8 -n 0 -d {context} -t 2 -r 5 -o jsonl".split()]
+    rows = []
+    with torch.inference_mode():
+        engine.start(torch.arange(100, 100 + context)[None], capacity=context + 100)
+        for k in (1, 8):  # builds or loads both packages before anything is timed
+            forward_ms(engine, k, 1, context)
+        for n in range(rounds):
+            ours = {k: forward_ms(engine, k, reps, context) for k in (1, 8)}
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
+            _, curves = llamacpp_rows([json.loads(x) for x in out.splitlines() if x.strip()])
+            rows.append(interleave_row(n, dtype, ours, next(iter(curves.values()))))
+            print(json.dumps(rows[-1]), flush=True)
+        engine.close()
+    return rows
+
+
 def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: int) -> dict[str, Any]:
     """ms per target forward over k fed tokens after ``context`` cached tokens, eager (fp32 prepacked, the
     fastest eager path) and compiled (fp32 default path, what ``--compile on`` runs: its AOTInductor
@@ -131,7 +196,7 @@ def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: 
     import torch
 
     from fastforward.core.compiled import compiled, inductor_cache
-    from fastforward.core.engine import Block, ModelEngine, compile_forward, warm_buckets
+    from fastforward.core.engine import ModelEngine, compile_forward, warm_buckets
     from fastforward.models.cache import cache_root, compiled_dir
     from fastforward.models.loading import load_model
 
@@ -141,17 +206,9 @@ def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: 
 
     def curve() -> dict[int, float]:
         engine = ModelEngine(lm.model)
-        ms: dict[int, float] = {}
         with torch.inference_mode():
             engine.start(prompt, capacity=context + 2 * max(widths))
-            for k in widths:
-                ts = []
-                for _ in range(reps):
-                    t0 = time.perf_counter()
-                    engine.forward([Block.chain([7] * k)])
-                    ts.append((time.perf_counter() - t0) * 1e3)
-                    engine.truncate(0, context)
-                ms[k] = round(sorted(ts)[len(ts) // 2], 2)
+            ms = {k: round(forward_ms(engine, k, reps, context), 2) for k in widths}
             engine.close()
         return ms
 
@@ -184,6 +241,11 @@ def main() -> None:
     c.add_argument("--context", type=int, default=200)
     c.add_argument("--widths", default="", help="comma-separated k to measure (default: every bucket)")
     c.add_argument("--out", required=True)
+    i = sub.add_parser("interleave", help="compiled and llama.cpp 1- and 8-token forwards, round after round")
+    i.add_argument("--model", default="smollm2-135m")
+    i.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    i.add_argument("--llamacpp", default=None, help="recipes/llamacpp.sh build folder (default: the cache's)")
+    i.add_argument("--rounds", type=int, default=6)
     t = sub.add_parser("table", help="write results/engine.json from bench, curve and llama-bench files")
     t.add_argument("--bench", nargs="+", required=True)
     t.add_argument("--curves", required=True)
@@ -198,6 +260,14 @@ def main() -> None:
         res = measure_curves(a.model, widths, a.reps, a.context)
         Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
         print(json.dumps(res))
+        return
+    if a.cmd == "interleave":
+        from fastforward.models.cache import cache_root
+
+        folder = Path(a.llamacpp).expanduser() if a.llamacpp else cache_root() / "llamacpp"
+        rows = interleave_k8_k1(a.model, a.dtype, folder, a.rounds)
+        ours, theirs = (median_high(r[key] for r in rows) for key in ("ours_k8_k1", "llamacpp_k8_k1"))
+        print(f"median ours k8/k1 {ours} llama.cpp k8/k1 {theirs}")
         return
     lines = (
         [json.loads(x) for x in Path(a.llamacpp).read_text().splitlines() if x.strip()] if a.llamacpp else []
