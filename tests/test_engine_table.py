@@ -98,3 +98,22 @@ def test_a_timed_forward_leaves_the_cache_as_it_found_it() -> None:
         assert forward_ms(engine, 8, 3, 20) > 0
         assert engine.lengths == [20]
         engine.close()
+
+
+def test_interleave_refuses_bad_rounds_and_a_missing_llamacpp_in_one_line(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    """Exit 2 and one line, before any model loads: a round count under 1, and a folder with no llama.cpp build
+    (the line says how to build it)."""
+    import pytest
+
+    from fastforward.bench import engine_table
+
+    for argv in (["interleave", "--rounds", "0"], ["interleave", "--llamacpp", str(tmp_path)]):
+        monkeypatch.setattr("sys.argv", ["engine_table", *argv])
+        with pytest.raises(SystemExit) as exit_:
+            engine_table.main()
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Traceback" not in "\n".join(err) and "error:" in err[-1]
+    assert "recipes/llamacpp.sh build" in err[-1]

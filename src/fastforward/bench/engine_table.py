@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from statistics import median_high
@@ -232,6 +233,13 @@ def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: 
     }
 
 
+def rounds_arg(text: str) -> int:
+    """``--rounds``: a whole number of at least 1 (argparse's one-line error, exit 2, otherwise)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{text}'")
+    return int(text)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m fastforward.bench.engine_table")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -245,7 +253,7 @@ def main() -> None:
     i.add_argument("--model", default="smollm2-135m")
     i.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     i.add_argument("--llamacpp", default=None, help="recipes/llamacpp.sh build folder (default: the cache's)")
-    i.add_argument("--rounds", type=int, default=6)
+    i.add_argument("--rounds", type=rounds_arg, default=6, help="interleaved rounds, at least 1 (default: 6)")
     t = sub.add_parser("table", help="write results/engine.json from bench, curve and llama-bench files")
     t.add_argument("--bench", nargs="+", required=True)
     t.add_argument("--curves", required=True)
@@ -262,10 +270,17 @@ def main() -> None:
         print(json.dumps(res))
         return
     if a.cmd == "interleave":
+        from fastforward.errors import FastForwardError
         from fastforward.models.cache import cache_root
 
         folder = Path(a.llamacpp).expanduser() if a.llamacpp else cache_root() / "llamacpp"
-        rows = interleave_k8_k1(a.model, a.dtype, folder, a.rounds)
+        try:
+            rows = interleave_k8_k1(a.model, a.dtype, folder, a.rounds)
+        except (
+            FastForwardError
+        ) as e:  # no llama.cpp build or GGUF there: the one line that says how to make it
+            print(f"engine_table interleave: error: {' '.join(str(e).split())}", file=sys.stderr)
+            raise SystemExit(2) from None
         ours, theirs = (median_high(r[key] for r in rows) for key in ("ours_k8_k1", "llamacpp_k8_k1"))
         print(f"median ours k8/k1 {ours} llama.cpp k8/k1 {theirs}")
         return
