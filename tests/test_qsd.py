@@ -138,7 +138,9 @@ def test_qsd_drafts_on_the_target_s_cache_and_never_feeds_its_copy_the_prompt():
     prompt = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3
     cfg = greedy_config(30)
     ref = ARDecoder(target.model).generate(prompt, cfg).tokens
-    dec = build_decoder("qsd", target, None, {"gamma": 3, "gamma_auto": False, "bits": 8})
+    # the copy's own feeding: no lookup chain stands in for it
+    opts = {"gamma": 3, "gamma_auto": False, "bits": 8, "lookup_first": False}
+    dec = build_decoder("qsd", target, None, opts)
     assert dec.drafter.shared_layers == len(target.model.model.layers)
     (qcopy,) = draft_models(dec.drafter)
     fed: list[int] = []
@@ -221,7 +223,9 @@ def test_qsd_on_a_prepacked_target_quantizes_a_reload_and_stays_exact(real_promp
     target = load_model("smollm2-135m", "float32", path="prepacked")
     assert path_of(target.model) == "prepacked"
     dec = build_decoder("qsd", target, None, {"bits": 8, "gamma": 4, "vocab": 8192, "gamma_auto": False})
-    assert dec.drafter.shared_layers == 0  # a bf16 reload: keys of another dtype, a cache of its own
+    assert (
+        dec.drafter.model.shared_layers == 0
+    )  # (behind lookup_first) a bf16 reload: keys of another dtype, a cache of its own
     ar = build_decoder("ar", target, None, {})
     config = GenerationConfig(max_new_tokens=24, eos_token_ids=target.eos_token_ids)
     accepted = 0

@@ -210,7 +210,10 @@ def test_sd_sample_with_a_reduced_draft_vocabulary_reproduces_the_target_distrib
     the residual keeps all of the target's mass there: the output still follows the target exactly."""
     temperature, top_k = CONFIGS[0]
     joint = exact_joint(target, sampling(temperature, top_k, 0))
-    decoder = build_decoder("sd-sample", target, draft, {"gamma": 3, "gamma_auto": False})
+    # the model's drafts alone (no lookup chains), so every draft goes through the restricted head
+    decoder = build_decoder(
+        "sd-sample", target, draft, {"gamma": 3, "gamma_auto": False, "lookup_first": False}
+    )
     keep = [0, 2, 3, 5, 6, 8, 9, 11]  # not a prefix: a position/id mix-up would show
     subset = VocabSubset(torch.tensor(keep), VOCAB)
     decoder.drafter.head = RestrictedHead(draft.model.lm_head.weight, None, subset)

@@ -99,7 +99,8 @@ def test_sd_tiny_pair_equals_ar_with_rejections(schedule):
 
 def test_sd_self_draft_accepts_everything_and_counts_per_position():
     target = make_tiny(seed=0)
-    dec = _build_untokenized("sd", target, target, {"gamma": 4, "gamma_auto": False})
+    # the model drafter's own counts: no lookup chain stands in for it
+    dec = _build_untokenized("sd", target, target, {"gamma": 4, "gamma_auto": False, "lookup_first": False})
     out = dec.generate([1, 2, 3], greedy_config(21))
     ex = out.stats.extras
     assert ex["spec_accepted"] == ex["spec_proposed"] == 16  # 21 = 1 prefill token + 4 steps x (4 + bonus)
@@ -152,6 +153,28 @@ def test_lookup_first_belongs_to_model_drafters_and_needs_two_token_ngrams():
         _build_untokenized("pld", target, None, {"lookup_first": True})
     with pytest.raises(FastForwardError, match="ngram_max >= 2"):
         _build_untokenized("sd", target, target, {"lookup_first": True, "ngram_max": 1})
+
+
+def test_lookup_first_is_the_default_of_the_lossless_model_drafters_only():
+    """On unless asked off, for sd, sd-sample, sd-cross, layerskip and qsd; off for the lossy typical and
+    consultant (their output depends on what is drafted); off, without an error, when ngram_max=1 leaves no
+    2-token n-gram to look up, since the user did not ask for it."""
+    from fastforward.decoders.speculative import SpecOptions, lookup_first
+    from fastforward.decoders.speculative.drafters import LookupFirstDrafter
+
+    target = make_tiny(seed=0)
+    for name in ("sd", "sd-sample", "layerskip", "qsd", "typical", "consultant"):
+        draft = None if name in ("layerskip", "qsd") else target
+        dec = _build_untokenized(name, target, draft, {})
+        assert isinstance(dec.drafter, LookupFirstDrafter) == (name not in ("typical", "consultant")), name
+        off = _build_untokenized(name, target, draft, {"lookup_first": False})
+        assert not isinstance(off.drafter, LookupFirstDrafter), name
+    assert not isinstance(
+        _build_untokenized("qsd", target, None, {"ngram_max": 1}).drafter, LookupFirstDrafter
+    )
+    on = _build_untokenized("typical", target, target, {"lookup_first": True})
+    assert isinstance(on.drafter, LookupFirstDrafter)
+    assert lookup_first("sd-cross", SpecOptions())  # built only with two tokenizers; the rule is the same
 
 
 def test_draft_bits_belongs_to_the_draft_model_methods():
@@ -257,7 +280,7 @@ def test_draft_stop_shortens_chains_and_stays_exact():
     target, draft = make_tiny(seed=0), make_tiny(seed=1)
     cfg = greedy_config(20)
     ref = ARDecoder(target.model).generate([1, 2, 3], cfg).tokens
-    fixed = {"gamma": 4, "gamma_auto": False}
+    fixed = {"gamma": 4, "gamma_auto": False, "lookup_first": False}  # the model's chains alone
     full = build_decoder("sd", target, draft, fixed).generate([1, 2, 3], cfg)
     short = build_decoder("sd", target, draft, {**fixed, "draft_stop": 0.999}).generate([1, 2, 3], cfg)
     assert full.tokens == short.tokens == ref
@@ -455,7 +478,8 @@ def test_sd_int4_draft_of_a_prepacked_draft_with_a_reduced_head_stays_exact(
     dec = build_decoder(
         "sd", target, draft, {"gamma": 4, "draft_bits": 4, "vocab": 8192, "gamma_auto": False}
     )
-    assert dec.drafter.head is not None and dec.drafter.model is not draft.model
+    inner = dec.drafter.model  # the model drafter, behind the default lookup_first
+    assert inner.head is not None and inner.model is not draft.model
     ar = ARDecoder(target.model)
     config = GenerationConfig(max_new_tokens=24, eos_token_ids=target.eos_token_ids)
     accepted = 0

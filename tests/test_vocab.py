@@ -154,8 +154,9 @@ def test_reduced_vocabulary_self_drafts_are_exact_on_smollm2(smollm2, real_promp
     ar = build_decoder("ar", smollm2, None, {})
     dec = build_decoder(method, smollm2, None, {"vocab": 4096, "gamma": 4, "gamma_auto": False, **extra})
     # the head is the draft's own (head_inside): it drafts through one forward, on the target's cache
-    assert dec.drafter.head is None and dec.drafter.subset.size == 4096
-    assert dec.drafter.shared_layers == len(dec.drafter.model.model.layers)
+    inner = dec.drafter.model  # the model drafter, behind the default lookup_first
+    assert inner.head is None and inner.subset.size == 4096
+    assert inner.shared_layers == len(inner.model.model.layers)
     config = GenerationConfig(max_new_tokens=32, eos_token_ids=smollm2.eos_token_ids)
     accepted = 0
     for ids in real_prompts[:3]:
