@@ -618,7 +618,8 @@ def test_a_draft_that_never_ran_says_nothing_of_what_ran_it(pair) -> None:
     from fastforward.decoders.speculative.drafters import DraftContext
 
     _, fast = pair
-    drafter = build_decoder("layerskip", fast, None, {"layers": 1}).drafter
+    # the model drafter alone: a lookup chain (the default lookup_first) would run no draft forward
+    drafter = build_decoder("layerskip", fast, None, {"layers": 1, "lookup_first": False}).drafter
     drafter.reset()
     assert drafter.finish() == {}
     drafter.reset()
