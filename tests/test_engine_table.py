@@ -3,7 +3,7 @@ the named keys, the ratios against the same run's compiled AR and against llama.
 
 from __future__ import annotations
 
-from fastforward.bench.engine_table import bench_runs, llamacpp_rows, run_details
+from fastforward.bench.engine_table import append_benches, bench_runs, llamacpp_rows, run_details
 
 LLAMA = [
     {"model_type": "llama ?B F32", "n_prompt": 0, "n_gen": 64, "avg_ts": 25.0},
@@ -41,6 +41,20 @@ def test_bench_runs_keep_the_named_keys_and_ratios() -> None:
     assert runs["hf_generate"]["engine"] == "eager" and runs["pld"]["engine"] == "compiled"
     eager = bench_runs({**BENCH, "engine": "eager"}, ar)
     assert all(r["speedup_vs_compiled_ar"] is None for r in eager)  # no compiled AR in that run
+
+
+def test_appended_benches_keep_the_earlier_rows_and_come_once() -> None:
+    """``append``: earlier rows stay as built (their own references), a new file's rows follow, with ratios
+    against its own llama.cpp row; the same file appended twice adds nothing the second time."""
+    earlier = {"runs": [{"method": "old"}], "run_details": [{"command": "old run"}], "cost_curves": {"x": 1}}
+    methods = {**BENCH["methods"], "llamacpp": {"tokens_per_s": 40.0, "mean_accepted_tokens": 1.0}}
+    new = {**BENCH, "methods": methods, "command": "fastforward bench --llamacpp"}
+    table = append_benches(earlier, [new])
+    assert table["runs"][0] == {"method": "old"} and table["cost_curves"] == {"x": 1}
+    added = {r["method"]: r for r in table["runs"][1:]}
+    assert set(added) == {"ar", "pld", "hf_generate", "llamacpp"}
+    assert added["ar"]["ratio_vs_llamacpp_ar_same_precision"] == 0.75
+    assert append_benches(table, [new]) == table
 
 
 def test_run_details_keep_the_ar_step_share_and_provenance() -> None:

@@ -233,6 +233,25 @@ def measure_curves(model_ref: str, widths: tuple[int, ...], reps: int, context: 
     }
 
 
+def append_benches(table: dict[str, Any], benches: list[dict[str, Any]]) -> dict[str, Any]:
+    """``table`` (a results/engine.json) with the runs and details of ``benches`` added after its own, each
+    bench file once: a file whose command is already in the table replaces nothing and is skipped.
+
+    Why not rebuild: the table's earlier rows were built with the llama-bench figures and start-up files of
+    their own sessions (and AVX2-capped rows with no llama.cpp of their ISA), which a rebuild from today's
+    arguments would restate. A bench timed with ``--llamacpp`` carries its own reference row, so its ratios
+    need nothing from outside the file."""
+    seen = {d.get("command") for d in table.get("run_details", [])}
+    runs, details = list(table.get("runs", [])), list(table.get("run_details", []))
+    for bench in benches:
+        if bench.get("command") in seen:
+            continue
+        seen.add(bench.get("command"))
+        runs += bench_runs(bench, {})
+        details += run_details(bench)
+    return {**table, "runs": runs, "run_details": details}
+
+
 def rounds_arg(text: str) -> int:
     """``--rounds``: a whole number of at least 1 (argparse's one-line error, exit 2, otherwise)."""
     if not text.strip().isdigit() or int(text) < 1:
@@ -260,7 +279,19 @@ def main() -> None:
     t.add_argument("--llamacpp", default=None, help="llama-bench JSON lines")
     t.add_argument("--startup", default=None, help="JSON with measured process start-up seconds")
     t.add_argument("--out", required=True)
+    ap = sub.add_parser(
+        "append", help="add bench files (timed with --llamacpp) to an existing results/engine.json"
+    )
+    ap.add_argument("--bench", nargs="+", required=True)
+    ap.add_argument("--to", required=True, help="the table to extend, rewritten in place")
     a = p.parse_args()
+    if a.cmd == "append":
+        table = append_benches(
+            json.loads(Path(a.to).read_text()), [json.loads(Path(f).read_text()) for f in a.bench]
+        )
+        Path(a.to).write_text(json.dumps(table, indent=1) + "\n")
+        print(f"wrote {a.to}: {len(table['runs'])} runs")
+        return
     if a.cmd == "curves":
         from fastforward.core.compiled import BUCKETS
 
