@@ -10,6 +10,7 @@ the max-autotune kernels on real SmolLM2 are checked in the slow set."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -692,7 +693,7 @@ def test_a_build_trims_the_store_to_its_bound_and_keeps_what_it_uses(tmp_path, m
     """Each change of code, model or torch gives a new fingerprint folder and the old ones are never read
     again (47 GB of them once filled a disk): after a build, folders not used for a while go, least recently
     used first, until the store fits ``FASTFORWARD_COMPILED_GB``; the new packages stay and still load."""
-    from fastforward.core import aot
+    from fastforward.core import aot, memory
 
     stale = []
     for i, age in enumerate((7200, 3600)):  # two folders of earlier code, last used 2 h and 1 h ago
@@ -702,7 +703,7 @@ def test_a_build_trims_the_store_to_its_bound_and_keeps_what_it_uses(tmp_path, m
         (folder / aot.USED).touch()
         os.utime(folder / aot.USED, (os.path.getmtime(folder) - age,) * 2)
         stale.append(folder)
-    monkeypatch.setenv(aot.STORE_GB_ENV, "0.0006")  # 600 kB: room for one of them, not for both
+    monkeypatch.setenv(memory.STORE_GB_ENV, "0.0006")  # 600 kB: room for one of them, not for both
     eager = make_tiny("llama", vocab=96, seed=SEED)
     ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(4)).tokens
     fast = make_tiny("llama", vocab=96, seed=SEED)
@@ -711,9 +712,30 @@ def test_a_build_trims_the_store_to_its_bound_and_keeps_what_it_uses(tmp_path, m
     assert not stale[0].exists() and not stale[1].exists()  # the new packages alone are over 600 kB
     (kept,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert list(kept.glob("k1-s256.pt2")) and "least recently used" in capsys.readouterr().err
-    monkeypatch.setenv(aot.STORE_GB_ENV, "lots")
+    monkeypatch.setenv(memory.STORE_GB_ENV, "lots")
     with pytest.raises(ValueError, match="FASTFORWARD_COMPILED_GB"):
-        aot.store_limit()
+        memory.store_limit()
+
+
+def test_the_default_store_bound_follows_the_free_disk(tmp_path, monkeypatch) -> None:
+    """Without FASTFORWARD_COMPILED_GB: half of the free disk plus the store, never below 8 GB (a small disk
+    keeps the old bound; a large one keeps several models' packages instead of rebuilding them)."""
+    from fastforward.core import memory
+
+    monkeypatch.delenv(memory.STORE_GB_ENV, raising=False)
+    assert memory.store_bound(free_disk=2 * 10**9, store_bytes=10**9) == 8 * 10**9
+    assert memory.store_bound(free_disk=38 * 10**9, store_bytes=14 * 10**9) == 26 * 10**9
+    asked = []
+
+    def usage(path):
+        asked.append(Path(path))
+        return shutil._ntuple_diskusage(100 * 10**9, 70 * 10**9, 30 * 10**9)
+
+    monkeypatch.setattr(memory.shutil, "disk_usage", usage)
+    assert memory.store_limit(tmp_path / "not" / "yet", 10**9) == 15_500_000_000  # (30 + 1) / 2 GB
+    assert asked == [tmp_path]  # the nearest folder that exists
+    monkeypatch.setenv(memory.STORE_GB_ENV, "3")
+    assert memory.store_limit(tmp_path, 10**9) == 3 * 10**9
 
 
 def _on_templates(program: torch.export.ExportedProgram, path: Path):

@@ -237,9 +237,9 @@ def compile_target(target: LoadedModel, max_new_tokens: int, widths: tuple[int, 
     """``--compile on``: give the target compiled forwards with a fixed cache that holds a long prompt
     (512 tokens), the answer and the widest bucket; a request that needs more runs eagerly and says so.
     ``widths``: ``--buckets`` (None: auto, :class:`fastforward.core.compiled.CompiledForward`)."""
-    from fastforward.core.aot import store_limit
     from fastforward.core.compiled import BUCKETS, inductor_cache
     from fastforward.core.engine import compile_forward
+    from fastforward.core.memory import store_limit
     from fastforward.models.cache import cache_root, compiled_dir
 
     inductor_cache(str(cache_root()))

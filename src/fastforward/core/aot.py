@@ -45,8 +45,9 @@ next run its compile.
 The store is bounded (:func:`trim`): every change to the traced code, the model, its weights or torch gives
 a new fingerprint, and the old folders were never read again. Sessions of development had left 47 GB of
 them (30 folders, 0.2-12 GB each), and the disk filled. After each build the least recently used folders
-go until the store fits ``FASTFORWARD_COMPILED_GB`` (default 8); the folders this process uses, and any
-used in the last ten minutes (another process may be running them), stay whatever their size.
+go until the store fits its bound (:func:`fastforward.core.memory.store_limit`: ``FASTFORWARD_COMPILED_GB``,
+else half of the free disk plus the store, at least 8 GB); the folders this process uses, and any used in the
+last ten minutes (another process may be running them), stay whatever their size.
 """
 
 from __future__ import annotations
@@ -190,24 +191,9 @@ def cache_buffers(cache: FixedCache) -> list[torch.Tensor]:
     return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
-STORE_GB_ENV = "FASTFORWARD_COMPILED_GB"
-STORE_GB = 8.0  # default bound on the store, in GB (10**9 bytes): a few models' sets of buckets
 RECENT_S = 600.0  # a folder used this recently may be in use by another process: never trimmed
 USED = ".used"  # touched in a fingerprint's folder whenever one of its packages is loaded or built
 _IN_USE: set[Path] = set()  # the fingerprint folders this process has loaded from or built into
-
-
-def store_limit() -> int:
-    """The store's bound in bytes, from ``FASTFORWARD_COMPILED_GB`` (a bad value is said, not guessed
-    around: this runs after a long build, so it raises rather than trims by a number nobody set)."""
-    raw = os.environ.get(STORE_GB_ENV, "")
-    try:
-        gb = float(raw) if raw else STORE_GB
-    except ValueError:
-        raise ValueError(f"{STORE_GB_ENV}={raw!r} is not a number of GB") from None
-    if gb < 0:
-        raise ValueError(f"{STORE_GB_ENV}={raw!r} is negative")
-    return int(gb * 1e9)
 
 
 def to_trim(folders: list[tuple[str, int, float]], limit: int, now: float, keep: set[str]) -> list[str]:
@@ -243,12 +229,14 @@ def _last_used(folder: Path) -> float:
     return max((f.stat().st_mtime for f in folder.iterdir()), default=folder.stat().st_mtime)
 
 
-def trim(store: Path, limit: int | None = None) -> list[tuple[Path, int]]:
+def trim(store: Path, limit: int | None = None) -> tuple[list[tuple[Path, int]], int]:
     """Delete the store's least recently used fingerprint folders until it fits ``limit`` bytes (default
-    :func:`store_limit`); returns what went, with sizes. Folders this process uses stay (module docstring)."""
+    :func:`fastforward.core.memory.store_limit`, sized by the free disk); returns what went, with sizes, and
+    the bound. Folders this process uses stay (module docstring)."""
     import shutil
 
-    limit = store_limit() if limit is None else limit
+    from fastforward.core.memory import store_limit
+
     folders, sizes = [], {}
     for folder in (p for p in store.iterdir() if p.is_dir()) if store.is_dir() else ():
         try:
@@ -256,12 +244,14 @@ def trim(store: Path, limit: int | None = None) -> list[tuple[Path, int]]:
             folders.append((folder.name, sizes[folder.name], _last_used(folder)))
         except OSError:  # removed by another process meanwhile
             continue
+    if limit is None:
+        limit = store_limit(store, sum(sizes.values()))
     keep = {p.name for p in _IN_USE if p.parent == store.resolve()}
     gone = []
     for name in to_trim(folders, limit, time.time(), keep):
         shutil.rmtree(store / name, ignore_errors=True)
         gone.append((store / name, sizes[name]))
-    return gone
+    return gone, limit
 
 
 def package_name(k: int, hidden: bool, size: int) -> str:

@@ -541,7 +541,7 @@ class CompiledForward:
 
         assert self.store is not None
         try:
-            gone = aot.trim(self.store)
+            gone, limit = aot.trim(self.store)
         except (OSError, ValueError) as e:
             log(f"--compile: the store {self.store} was not trimmed ({_first_line(e)})")
             return
@@ -549,7 +549,7 @@ class CompiledForward:
             size = sum(n for _, n in gone) / 1e9
             log(
                 f"--compile: removed {len(gone)} least recently used package folder(s), {size:.1f} GB, to keep "
-                f"{self.store} within {aot.store_limit() / 1e9:g} GB ({aot.STORE_GB_ENV} sets the bound)"
+                f"{self.store} within {limit / 1e9:.1f} GB ({memory.STORE_GB_ENV} sets the bound)"
             )
 
     def _build(self, example: tuple[torch.Tensor, ...], hidden: bool, path: Path, what: str) -> None:

@@ -1,4 +1,5 @@
-"""How much memory compiled packages take, and how many fit: the policy behind ``--buckets auto``.
+"""How much memory and disk compiled packages take, and how many fit: the policy behind ``--buckets auto``
+and the bound on the package store.
 
 Why a module of its own: packages are keyed by a hash of the code they hold (:data:`fastforward.core.aot.TRACED`);
 this policy is not in them, so tuning it must not rebuild every package.
@@ -9,6 +10,14 @@ with the whole process (these machines have no swap). Measured on Qwen2.5-Coder-
 state) on a 2-vCPU AMX Xeon with 23.5 GiB: the 1-token build peaked at 19.6 GB resident (15.2 GB, 4.3x the
 weights, above the loaded model; session 42), the 8-token build beside the loaded 1-token package at 22.7 GB
 (session 41), and a package on disk and in memory is 3.7 GB (1.04x).
+
+The store's bound (:func:`store_limit`) is ``FASTFORWARD_COMPILED_GB`` where set, else half of what the store
+could grow into (the free disk plus the store itself), at least 8 GB. Why not a fixed 8 GB: since float32
+buckets too keep a copy of the weights each where the CPU's cache is small
+(:func:`fastforward.core.compiled.shares_weights`), SmolLM2-135M's six float32 buckets alone are 3.9 GB and
+the int8 1.5B's are 11.4 GB. On a 2-core AMD EPYC (session 45) a bench of the 1.5B pushed SmolLM2's packages
+out of an 8 GB store, and the next SmolLM2 run spent ~14 minutes building them again, with 38 GB of disk
+free.
 """
 
 from __future__ import annotations
@@ -17,10 +26,16 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import os
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
+STORE_GB_ENV = "FASTFORWARD_COMPILED_GB"
+STORE_GB = 8.0  # the least default bound on the package store, in GB (10**9 bytes)
+DISK_SHARE = 0.5  # of the free disk plus the store, the share the store may take by default
 BUILD_FACTOR = 4.3  # a build's peak above the process's resident memory, in weight bytes
 PACKAGE_FACTOR = 1.04  # a loaded package that holds its own weights, in weight bytes
 
@@ -90,3 +105,35 @@ def _malloc_trim() -> Callable[[int], int] | None:
     if fn is not None:
         fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
     return fn
+
+
+def store_bound(free_disk: int, store_bytes: int) -> int:
+    """The default bound on the store, in bytes: :data:`DISK_SHARE` of the free disk plus the store itself
+    (at equilibrium the store takes as much as it leaves free), never below :data:`STORE_GB`."""
+    return max(int(STORE_GB * 1e9), int(DISK_SHARE * (free_disk + store_bytes)))
+
+
+def store_limit(store: Path | None = None, store_bytes: int = 0) -> int:
+    """The store's bound in bytes: ``FASTFORWARD_COMPILED_GB`` where set (a bad value is said, not guessed
+    around: this runs after a long build, so it raises rather than trims by a number nobody set), else
+    :func:`store_bound` of the free disk under ``store`` (its nearest existing folder) and the store's
+    ``store_bytes``; :data:`STORE_GB` where no store is named."""
+    raw = os.environ.get(STORE_GB_ENV, "")
+    if raw:
+        try:
+            gb = float(raw)
+        except ValueError:
+            raise ValueError(f"{STORE_GB_ENV}={raw!r} is not a number of GB") from None
+        if gb < 0:
+            raise ValueError(f"{STORE_GB_ENV}={raw!r} is negative")
+        return int(gb * 1e9)
+    if store is None:
+        return int(STORE_GB * 1e9)
+    where = Path(store)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return int(STORE_GB * 1e9)
+    return store_bound(free, store_bytes)
