@@ -177,6 +177,50 @@ def test_lookup_first_is_the_default_of_the_lossless_model_drafters_only():
     assert lookup_first("sd-cross", SpecOptions())  # built only with two tokenizers; the rule is the same
 
 
+def test_lookup_first_drafts_by_lookup_while_the_model_s_schedule_is_off():
+    """Under gamma_auto the lookup and the model have a schedule each: a model draft that does not pay (its
+    tracker says 0 tokens, here forced) leaves the free lookup chains running where the text repeats, where
+    one schedule for both used to turn the lookup off with the model; the tokens stay AR's."""
+    from fastforward.decoders.speculative.drafters import DraftContext, LookupFirstDrafter
+
+    class Off(CostTracker):
+        def choose(self, limit: int) -> int:
+            return 0
+
+    target, draft = make_tiny(seed=0), make_tiny(seed=1)
+    dec = _build_untokenized("sd", target, draft, {})
+    assert isinstance(dec.drafter, LookupFirstDrafter) and dec.spec.gamma_auto
+    dec.costs = Off()
+    prompt = [1, 2, 3, 4, 5, 6] * 4
+    cfg = greedy_config(24)
+    out = dec.generate(prompt, cfg)
+    assert out.tokens == ARDecoder(target.model).generate(prompt, cfg).tokens
+    assert out.stats.extras["spec_lookup_steps"] > 0 and out.stats.extras["spec_model_steps"] == 0
+    # the split itself: the lookup's chain within its own budget, the model's within ctx.gamma, else none
+    lf = dec.drafter
+    ctx = DraftContext(prompt, 0, SamplingConfig(), None)
+    chain, source = lf.propose_with(ctx, 3)
+    assert source == "lookup" and chain.tokens == [1, 2, 3]
+    assert lf.propose_with(DraftContext([9, 8, 7], 0, SamplingConfig(), None), 3) == (chain.__class__([]), "")
+    assert lf.propose_with(DraftContext(prompt, 2, SamplingConfig(), None), 0)[1] == "model"
+
+
+def test_each_source_of_a_lookup_first_row_learns_from_its_own_steps():
+    """observe_sources: the drafting source learns acceptance and draft cost; the other only the verify cost
+    at that width and a step of back-off; a step with no draft is an AR step to both."""
+    from fastforward.core.pacing import StepCost
+    from fastforward.decoders.speculative.engine import observe_sources
+
+    model, lookup = CostTracker(5), CostTracker(5)
+    observe_sources(model, lookup, "lookup", StepCost(4, 1, 0.01, 30.0))
+    assert lookup.alpha != CostTracker.PRIOR and model.alpha == CostTracker.PRIOR
+    assert model.verify_ms[5].value == 30.0 and model.draft_ms.value is None and model.wait == 1
+    observe_sources(model, lookup, "model", StepCost(3, 3, 12.0, 25.0))
+    assert model.alpha > CostTracker.PRIOR and lookup.verify_ms[4].value == 25.0
+    observe_sources(model, lookup, "", StepCost(0, 0, 0.0, 20.0))
+    assert model.off_steps == lookup.off_steps == 1 and model.verify_ms[1].value == lookup.verify_ms[1].value
+
+
 def test_draft_bits_belongs_to_the_draft_model_methods():
     with pytest.raises(FastForwardError, match="pld") as err:
         build_decoder("pld", make_tiny(), None, {"draft_bits": 4})

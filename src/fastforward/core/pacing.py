@@ -484,6 +484,13 @@ class CostTracker:
             return g1
         return 0
 
+    def note_other(self, width: int, verify_ms: float) -> None:
+        """A step another drafter of the row drafted (``lookup_first``'s other source): its verify forward's
+        cost at ``width`` is this machine's all the same; for this draft it is a step sat out, so the
+        back-off's wait counts it, but it is no AR step (it measures neither AR's own cost nor acceptance)."""
+        self.verify_ms.setdefault(width, Ema(self.decay)).add(verify_ms)
+        self.wait += 1
+
     def observe(self, step: StepCost) -> None:
         """Record a step: draft tokens proposed and accepted, and the draft's and the verify's wall time."""
         self.record(step.guesses, step.accepted, step.propose_ms, step.verify_ms)

@@ -22,6 +22,7 @@ a drafter of the same configuration with state of its own (models and heads shar
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,12 +374,22 @@ class LookupFirstDrafter:
         return self.model.models()
 
     def propose(self, ctx: DraftContext) -> Proposal:
-        found = self.lookup.propose(ctx)
-        if len(found.tokens) >= self.min_tokens:
-            self.lookup_steps += 1
-            return found
+        return self.propose_with(ctx, ctx.gamma)[0]
+
+    def propose_with(self, ctx: DraftContext, lookup_gamma: int) -> tuple[Proposal, str]:
+        """The chain and who drafted it (``"lookup"``, ``"model"``, or ``""`` for none), the lookup's chain at
+        most ``lookup_gamma`` tokens and the model's at most ``ctx.gamma``: with ``gamma_auto`` each source
+        has a schedule of its own (:class:`~fastforward.decoders.speculative.engine.SpecProposer`), so a
+        model draft that does not pay on this machine (0 tokens) leaves the free lookup running."""
+        if lookup_gamma > 0:
+            found = self.lookup.propose(dataclasses.replace(ctx, gamma=lookup_gamma))
+            if len(found.tokens) >= self.min_tokens:
+                self.lookup_steps += 1
+                return found, "lookup"
+        if ctx.gamma <= 0:
+            return Proposal([]), ""
         self.model_steps += 1
-        return self.model.propose(ctx)
+        return self.model.propose(ctx), "model"
 
     def observe(self, accepted: int) -> None:
         self.lookup.observe(accepted)

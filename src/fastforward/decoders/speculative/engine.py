@@ -24,7 +24,7 @@ from fastforward.core.acceptance import Rule
 from fastforward.core.batching import Draft, Proposer, ProposerDecoder, Row, Verified
 from fastforward.core.decoder import GenerationConfig
 from fastforward.core.pacing import CostTracker, StepCost, row_policy
-from fastforward.decoders.speculative.drafters import DraftContext, ModelDrafter
+from fastforward.decoders.speculative.drafters import DraftContext, LookupFirstDrafter, ModelDrafter
 from fastforward.decoders.speculative.lockstep import LockstepDraftProposer, lockstep_fits
 from fastforward.errors import FastForwardError
 
@@ -78,9 +78,12 @@ class SpeculativeDecoder(ProposerDecoder):
         # rate of a workload moves less between its requests than relearning it each time would cost
         # (a draft that does not pay here is not even prefilled on the next request)
         self.costs = CostTracker(spec.gamma)
+        # lookup_first: the free lookup chains' own schedule (their acceptance is not the model's)
+        self.lookup_costs = CostTracker(spec.gamma)
 
     def reopen_estimates(self) -> None:
         self.costs.reopen()
+        self.lookup_costs.reopen()
 
     def proposer(self, solo: bool) -> Proposer:
         if not solo and isinstance(self.drafter, ModelDrafter) and lockstep_fits(self.drafter, self.spec):
@@ -89,15 +92,29 @@ class SpeculativeDecoder(ProposerDecoder):
 
 
 class _SpecRow:
-    """A row's drafting state: its drafter, draft length, schedule and counters."""
+    """A row's drafting state: its drafter, draft length, schedule and counters; with ``lookup_first`` under
+    ``gamma_auto``, the lookup's own schedule and draft length beside the model's, and who drafted the step."""
 
-    __slots__ = ("costs", "counters", "draft_ms", "drafter", "gamma", "budget")
+    __slots__ = (
+        "costs", "counters", "draft_ms", "drafter", "gamma", "budget",
+        "lookup_costs", "lookup_gamma", "lookup_budget", "source",
+    )  # fmt: skip
 
-    def __init__(self, drafter: Any, costs: CostTracker | None, gamma: int) -> None:
+    def __init__(
+        self,
+        drafter: Any,
+        costs: CostTracker | None,
+        gamma: int,
+        lookup_costs: CostTracker | None = None,
+        lookup_gamma: int = 0,
+    ) -> None:
         self.drafter, self.costs, self.gamma = drafter, costs, gamma
+        self.lookup_costs, self.lookup_gamma = lookup_costs, lookup_gamma
         self.counters = _Counters()
         self.draft_ms = 0.0
         self.budget = 0  # this step's draft length (gamma cut to the room left)
+        self.lookup_budget = 0  # the lookup's, where it has a schedule of its own
+        self.source = ""  # "lookup", "model" or "" (no draft) for this step
 
 
 class SpecProposer(Proposer):
@@ -132,23 +149,39 @@ class SpecProposer(Proposer):
         shared = d.costs if spec.gamma_auto else None
         costs = row_policy(self.solo, row.run.config.sampling, shared, lambda: None)  # None: the fixed gamma
         gamma = costs.choose(spec.gamma_max) if costs is not None else spec.gamma
-        row.state = _SpecRow(drafter, costs, gamma)
+        if costs is not None and isinstance(drafter, LookupFirstDrafter):
+            # two sources, two schedules: a lookup chain costs no draft forward and is right at its own rate
+            lookup = row_policy(self.solo, row.run.config.sampling, d.lookup_costs, lambda: None)
+            row.state = _SpecRow(drafter, costs, gamma, lookup, lookup.choose(spec.gamma_max))
+        else:
+            row.state = _SpecRow(drafter, costs, gamma)
 
     def propose(self, rows: Sequence[Row]) -> list[Draft]:
         drafts = []
         for row in rows:
             st: _SpecRow = row.state
             st.budget = min(st.gamma, row.room - 1)
-            if row.jumped or st.budget <= 0:  # the grammar's tokens, or no room: no draft
+            st.lookup_budget = min(st.lookup_gamma, row.room - 1) if st.lookup_costs is not None else 0
+            st.source = ""
+            if row.jumped or max(st.budget, st.lookup_budget) <= 0:  # the grammar's tokens, or no room
                 st.draft_ms = 0.0
                 drafts.append(Draft())
                 continue
             cfg = row.run.config
             t0 = time.perf_counter()
             ctx = DraftContext(
-                row.sequence, st.budget, cfg.sampling, row.generator, cfg.eos_token_ids, row.room, row.engine
+                row.sequence,
+                max(st.budget, 0),
+                cfg.sampling,
+                row.generator,
+                cfg.eos_token_ids,
+                row.room,
+                row.engine,
             )
-            proposal = st.drafter.propose(ctx)
+            if st.lookup_costs is not None:
+                proposal, st.source = st.drafter.propose_with(ctx, st.lookup_budget)
+            else:
+                proposal, st.source = st.drafter.propose(ctx), "model"
             st.draft_ms = (time.perf_counter() - t0) * 1e3
             drafts.append(Draft.chain(proposal.tokens, proposal.probs))
         return drafts
@@ -163,11 +196,16 @@ class SpecProposer(Proposer):
             st: _SpecRow = row.state
             accepted, proposed = len(path) - 1, len(draft.tokens)
             st.drafter.observe(accepted)
-            st.counters.add(st.budget, proposed, accepted)
+            st.counters.add(st.lookup_budget if st.source == "lookup" else st.budget, proposed, accepted)
             if spec.adaptive:
                 st.gamma = next_gamma(st.gamma, proposed, accepted, 1, spec.gamma_max)
             elif st.costs is not None:
-                st.costs.observe(StepCost(proposed, accepted, st.draft_ms, out.verify_ms))
+                step = StepCost(proposed, accepted, st.draft_ms, out.verify_ms)
+                if st.lookup_costs is None:
+                    st.costs.observe(step)
+                else:
+                    observe_sources(st.costs, st.lookup_costs, st.source if proposed else "", step)
+                    st.lookup_gamma = st.lookup_costs.choose(spec.gamma_max)
                 st.gamma = st.costs.choose(spec.gamma_max)
 
     def row_extras(self, row: Row) -> dict[str, Any]:
@@ -182,6 +220,21 @@ class SpecProposer(Proposer):
         if hasattr(st.drafter, "finish"):  # the row is through: what ran the draft, and its cache given back
             extras.update(st.drafter.finish())
         return extras
+
+
+def observe_sources(model: CostTracker, lookup: CostTracker, source: str, step: StepCost) -> None:
+    """One step of a ``lookup_first`` row, told to both schedules: the source that drafted learns its
+    acceptance and cost from it, the other only the verify forward's cost at that width (a step it sat out);
+    a step with no draft is an AR step to both."""
+    if source == "lookup":
+        lookup.observe(step)
+        model.note_other(step.guesses + 1, step.verify_ms)
+    elif source == "model":
+        model.observe(step)
+        lookup.note_other(step.guesses + 1, step.verify_ms)
+    else:
+        model.observe(step)
+        lookup.observe(step)
 
 
 class _Counters:
