@@ -34,7 +34,9 @@ weight-only quantized copy (as qsd does to the target), with its restricted head
 ``lookup_first`` (every model drafter; on by default for the lossless ones): prompt lookup drafts where a
 suffix n-gram of 2..``ngram_max`` tokens recurs in prompt + output, the model only elsewhere
 (:class:`LookupFirstDrafter`); on a CPU, where the draft is half of each step, repeated text then costs a
-verify forward alone (:func:`lookup_first` has the measurements).
+verify forward alone (:func:`lookup_first` has the measurements). Under ``gamma_auto`` the lookup and the
+model keep a schedule each (:func:`~fastforward.decoders.speculative.engine.observe_sources`), so a model draft
+that does not pay here leaves the lookup running.
 
 ``vocab=K`` (sd, sd-sample, typical, consultant, layerskip, qsd, sd-cross): the draft's LM head scores only the K most
 frequent tokens (:mod:`fastforward.core.vocab`); the target verifies over the whole vocabulary, so exact
