@@ -151,7 +151,8 @@ class SpecProposer(Proposer):
         gamma = costs.choose(spec.gamma_max) if costs is not None else spec.gamma
         if costs is not None and isinstance(drafter, LookupFirstDrafter):
             # two sources, two schedules: a lookup chain costs no draft forward and is right at its own rate
-            lookup = row_policy(self.solo, row.run.config.sampling, d.lookup_costs, lambda: None)
+            # (a timed row, since the model's schedule is timed: the decoder's shared one, begun like it)
+            lookup = d.lookup_costs.begin()
             row.state = _SpecRow(drafter, costs, gamma, lookup, lookup.choose(spec.gamma_max))
         else:
             row.state = _SpecRow(drafter, costs, gamma)
