@@ -455,6 +455,30 @@ def test_a_package_is_never_loaded_for_other_weights_or_another_dtype(monkeypatc
     assert fingerprint(a.model) != uncapped
 
 
+def test_a_change_to_our_layers_inside_the_model_gives_new_packages(monkeypatch) -> None:
+    """The forward of an int8 linear of ours is traced into the package like the engine's own code: a change
+    to its source must not load the packages built from the old one."""
+    import inspect
+
+    from fastforward.core import aot
+    from fastforward.models.quantize import quantized_copy
+
+    q = quantized_copy(make_tiny("llama", vocab=96, seed=SEED).model, 8)
+    assert "fastforward.models.quantize" in aot.traced_modules(q)
+    assert "fastforward.models.quantize" not in aot.traced_modules(
+        make_tiny("llama", vocab=96, seed=SEED).model
+    )
+    before = aot.fingerprint(q)
+    source = inspect.getsource
+
+    def edited(obj):
+        text = source(obj)
+        return text + "# edited" if getattr(obj, "__name__", "") == "fastforward.models.quantize" else text
+
+    monkeypatch.setattr(inspect, "getsource", edited)
+    assert aot.fingerprint(q) != before
+
+
 def test_a_package_that_fails_to_build_compiles_in_process_instead(tmp_path, monkeypatch, capsys) -> None:
     """Exporting or compiling a package can fail where ``torch.compile`` in process does not (it needs the
     forward as one graph): that bucket then compiles in process, said in one line, and no half-written

@@ -104,13 +104,26 @@ def tensor_digest(t: torch.Tensor) -> str:
     return hashlib.sha256(tensor_sample(t)).hexdigest()
 
 
-def _code_digest() -> str:
-    """A hash of the source of :data:`TRACED`: the cache layers, attention and model call a package holds."""
+def traced_modules(model: torch.nn.Module) -> list[str]:
+    """The modules of our code a package of ``model`` holds: :data:`TRACED`, and the module of every class of
+    ours inside the model (the int8/int4 linears of ``--weights``, prepacked linears, a float32 head, a
+    restricted draft head), whose forwards are traced into the package as much as the engine's own.
+
+    Why the model's own: before session 46 only :data:`TRACED` was hashed, so a change to, say,
+    ``Int8Linear.forward`` left every int8 package's fingerprint as it was and the next run loaded the stale
+    compiled code."""
+    ours = {type(m).__module__ for m in model.modules() if type(m).__module__.startswith("fastforward.")}
+    return [*TRACED, *sorted(ours - set(TRACED))]
+
+
+def _code_digest(model: torch.nn.Module) -> str:
+    """A hash of the source of :func:`traced_modules`: the cache layers, attention, model call and our layers
+    a package holds."""
     import importlib
     import inspect
 
     h = hashlib.sha256()
-    for name in TRACED:
+    for name in traced_modules(model):
         h.update(inspect.getsource(importlib.import_module(name)).encode())
     return h.hexdigest()
 
@@ -119,7 +132,7 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
     """A short hash naming everything a package's code and weights depend on: the model's class, config
     (attention implementation included), weights (every state-dict tensor, sampled, and the digests that
     prepacked layers keep of theirs), kernel path, quantization and float32 head, the device, torch and
-    transformers versions, our traced code (:data:`TRACED`), the CPU (:func:`~fastforward.hardware.isa_key`:
+    transformers versions, our traced code (:func:`traced_modules`), the CPU (:func:`~fastforward.hardware.isa_key`:
     its name, the feature flags this process may use and the ISA cap; inductor compiles for the machine it
     runs on, so a package from another CPU of the same torch capability could hold instructions this one
     lacks), the thread count the GEMMs were tuned
@@ -145,7 +158,7 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
         None if param is None else param.device.type,
         torch.__version__,
         transformers.__version__,
-        _code_digest(),
+        _code_digest(model),
         isa_key(),
         torch.get_num_threads(),
         *extra,
