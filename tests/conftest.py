@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,35 @@ TEST_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 def pytest_configure(config: pytest.Config) -> None:
     if torch.get_num_threads() != TEST_THREADS:
         torch.set_num_threads(TEST_THREADS)
+
+
+# What the suite shares with the user's cache ($FASTFORWARD_CACHE): pulled models, compiled packages, inductor's
+# kernels, vocabulary counts and llama.cpp builds (costly to make, the same for every run). Not shared: the
+# measured step costs ("costs") and auto's choices ("auto").
+SHARED_CACHE = ("models", "compiled", "inductor", "vocab", "llamacpp")
+USER_CACHE: list[Path] = []  # the cache root the session was started with (set by _own_measurements)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
+    """The suite's own cache root: links to the user's shared folders, and empty folders for measurements.
+
+    Why: tests measure step costs on a loaded machine (two workers, one thread each) and used to file them
+    in the user's cache, where a later real run with those threads took them as this machine's costs; and a
+    test could start from a user's measurements instead of its own. Each session now measures its own."""
+    from fastforward.models.cache import cache_root
+
+    real = cache_root()
+    USER_CACHE[:] = [real]
+    root = tmp_path_factory.mktemp("cache")
+    for name in SHARED_CACHE:
+        if name in ("compiled", "inductor"):  # made by the suite's first build: kept for the next session
+            (real / name).mkdir(parents=True, exist_ok=True)
+        if (real / name).is_dir():
+            (root / name).symlink_to(real / name, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FASTFORWARD_CACHE", str(root))
+        yield root
 
 
 @pytest.fixture(autouse=True)

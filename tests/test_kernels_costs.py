@@ -321,3 +321,16 @@ def test_a_cost_curve_times_its_widths_in_turns(monkeypatch):
 
     ms = widths_ms(make_tiny().model, (1, 4, 8), context=16, repeats=2)
     assert fed == [1, 4, 8] * 3 and set(ms) == {1, 4, 8} and all(v > 0 for v in ms.values())
+
+
+def test_the_suite_files_its_measured_costs_apart_from_the_users_cache(monkeypatch) -> None:
+    """tests/conftest.py gives the session its own cache root: the pulled models are the user's (linked), the
+    costs the suite measures on a busy machine are its own and never land in the user's folder."""
+    from fastforward.models.cache import cache_root
+    from tests.conftest import USER_CACHE
+
+    root, (users,) = cache_root(), USER_CACHE
+    assert root != users
+    if (users / "models").is_dir():
+        assert (root / "models").resolve() == (users / "models").resolve()
+    assert not costs.cache_file("tiny-llama", "float32", "default").resolve().is_relative_to(users.resolve())
