@@ -572,7 +572,8 @@ def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
 
 def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monkeypatch) -> None:
     """bf16 GEMMs (int8 weights' too): inductor's templates (AMX micro-kernels) on an AMX CPU, oneDNN
-    elsewhere, for int4 weights, and under an ISA cap, which must see the CPU as the capped kind would."""
+    elsewhere, for int4 weights, and under an ISA cap, which must see the CPU as the capped kind would; on
+    AVX-512 without AMX the templates for buckets of 1-4 tokens, ATen from 8."""
     from fastforward.core.compiled import amx_usable, gemm_backends
 
     assert gemm_backends(torch.bfloat16, amx=False) == "ATEN"
@@ -580,6 +581,16 @@ def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monk
     assert gemm_backends(torch.bfloat16, amx=True, int4=True) == "ATEN"
     assert gemm_backends(torch.float16, amx=True) == "ATEN"
     assert "CPP" in gemm_backends(torch.float32, amx=False)
+    # AVX-512 without AMX: the templates' small-M kernels for buckets of 1-4 tokens, ATen from 8
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert [gemm_backends(torch.bfloat16, amx=False, width=w) for w in (1, 4, 8, None)] == [
+        "CPP", "CPP", "ATEN", "ATEN",
+    ]  # fmt: skip
+    assert gemm_backends(torch.bfloat16, amx=False, int4=True, width=1) == "ATEN"
+    assert gemm_backends(torch.float16, amx=False, width=1) == "ATEN"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert gemm_backends(torch.bfloat16, amx=False, width=1) == "ATEN"
+    monkeypatch.undo()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert not amx_usable() and gemm_backends(torch.bfloat16) == "ATEN"
 

@@ -207,34 +207,48 @@ def grouped_attention(
     return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
 
 
-def gemm_backends(dtype: torch.dtype, amx: bool | None = None, int4: bool = False) -> str:
-    """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype``: its own GEMM templates in
+def gemm_backends(
+    dtype: torch.dtype, amx: bool | None = None, int4: bool = False, width: int | None = None
+) -> str:
+    """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype`` and a package for ``width`` fed
+    tokens (None: a graph compiled in this process, which serves any width): its own GEMM templates in
     float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone); in
-    bfloat16 the templates where the process may use AMX (``amx``; None: :func:`amx_usable`), else ATen
-    (oneDNN, weights prepacked by freezing), int8 weights alike; float16, and int4 weights (``int4``), ATen.
+    bfloat16 (int8 weights alike: their kernels take bf16 activations) the templates where the process may
+    use AMX (``amx``; None: :func:`amx_usable`), and on AVX-512 without AMX the templates for 1-4 tokens and
+    ATen (oneDNN, weights prepacked by freezing; ``_weight_int8pack_mm`` for int8) from 8; float16, int4
+    weights (``int4``) and AVX2, ATen.
 
-    Why it depends on AMX: on a 2-core AVX-512 (bf16, no AMX) EPYC the templates' micro-kernels ran the 1-row
-    GEMMs of a decoding step ~2.4x slower than oneDNN ran them eagerly, and with ATen the compiled bfloat16
-    AR went from 50.3 to 61.6 tok/s (results/compiled_s31/attention.txt). On a 2-core AMX Xeon it is the
-    other way round: SmolLM2-135M's bfloat16 forward over 1 / 8 / 16 tokens cost 15.0 / 18.8 / 23.4 ms
-    through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process each
-    (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195 s).
+    Measured on a 2-core AMX Xeon: SmolLM2-135M's bfloat16 forward over 1 / 8 / 16 tokens cost 15.0 / 18.8 /
+    23.4 ms through the templates (their AMX micro-kernels), 25-32 / 27.8 / 30.2 ms through ATen, one process
+    each (results/compiled_s36/gemm_bf16.txt); the templates' compile is slower (466 s for five widths, 195
+    s). int8 weights there: Qwen2.5-Coder-1.5B 112 / 172 ms for 1 / 8 tokens through the templates against
+    ATen's 157 / 408 ms (results/compiled_s38/gemm_woq.txt), once :func:`fastforward.core.aot.flatten_state_names`
+    ended the second copy of every weight that held them back (results/compiled_s39/prune.txt). int4
+    weights stay on ATen: SmolLM2-135M int4 cost 12.4 / 25.0 ms for 1 / 8 tokens through the templates
+    against 9.6 / 24.0 through ATen (same file).
 
-    int8/int4 weights with bf16 activations follow bf16: the templates' weight-only GEMMs are faster where
-    AMX runs (Qwen2.5-Coder-1.5B int8: 112 / 172 ms for 1 / 8 tokens, 1.53x, against ATen's 157 / 408 ms,
-    2.59x; results/compiled_s38/gemm_woq.txt). They were held back one session because each package held
-    3.56 GB against ~1.9 through ATen and six buckets did not fit in 23 GiB (memory.txt there); that was
-    inductor keeping every original weight beside its laid-out copy, which
-    :func:`fastforward.core.aot.flatten_state_names` ends (2.02 GB; results/compiled_s39/prune.txt).
-    int4 weights stay on ATen: SmolLM2-135M int4 cost 12.4 / 25.0 ms for 1 / 8 tokens through the
-    templates against 9.6 / 24.0 through ATen (same file)."""
+    On a 2-core AVX-512 EPYC without AMX (avx512_bf16, VNNI; session 46, results/compiled_s46/gemm.txt, one
+    process per backend) it depends on the width: the templates' small-M kernels ran SmolLM2-135M bf16's 1 /
+    2 / 4 / 8-token forwards in 11.7 / 13.4 / 16.2 / 49.5 ms against ATen's 24.7 / 25.8 / 28.6 / 31.8; with
+    int8 weights 6.8 / 8.0 / 16.0 / 38.6 ms against 11.3 / 13.7 / 16.3 / 29.3, and Qwen2.5-Coder-1.5B int8's
+    1 / 4 / 8 / 16-token forwards 50.7 / 80.3 / 321 / 614 ms against 84.4 / 112.5 / 218 / 392. (Session 31 had
+    measured the templates' 1-row GEMMs ~2.4x slower than oneDNN's there, before the weight layout of
+    sessions 38-39; results/compiled_s31/attention.txt.) Measured only where torch's vector ISA is AVX-512:
+    on an AVX2 CPU, or under the AVX2 cap, bf16 stays on ATen."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
         return "ATEN,TRITON,CPP"  # inductor's default
-    if dtype == torch.bfloat16 and (amx_usable() if amx is None else amx):
+    if dtype != torch.bfloat16:
+        return "ATEN"
+    if amx_usable() if amx is None else amx:
+        return "CPP"
+    if width is not None and width <= SMALL_M and torch.backends.cpu.get_cpu_capability() == "AVX512":
         return "CPP"
     return "ATEN"
+
+
+SMALL_M = 4  # the widest bucket whose bf16 GEMMs go to inductor's templates on AVX-512 without AMX
 
 
 def amx_usable() -> bool:
@@ -339,7 +353,8 @@ class CompiledForward:
 
         inductor_cache()  # a folder per ISA, under the CLI's root where it set one, else torch's default
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
-        self.gemm = gemm_backends(next(model.parameters()).dtype, int4=int4_weights(model))
+        self._dtype, self._int4 = next(model.parameters()).dtype, int4_weights(model)
+        self.gemm = self.gemm_for(None)  # graphs compiled in this process serve any width
         self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
@@ -373,6 +388,10 @@ class CompiledForward:
         self.startup: dict[str, dict[str, float]] = {}  # package name -> {"built_s"/"loaded_s": seconds}
         self._no_room: set[tuple[int, bool, int]] = set()  # keys whose package would not fit in memory
         self.widths = self._choose_widths(widths)
+
+    def gemm_for(self, width: int | None) -> str:
+        """The GEMM backends of a package for ``width`` fed tokens (None: any width): :func:`gemm_backends`."""
+        return gemm_backends(self._dtype, int4=self._int4, width=width)
 
     def _copies_weights(self) -> bool:
         """Whether each package this forward builds holds its own copy of the weights: a store's packages of
@@ -565,7 +584,8 @@ class CompiledForward:
         loaded (torch 2.13)."""
         from fastforward.core import aot
 
-        args = (self.model, self._step, example, hidden, path, self._autotune, self.gemm)
+        gemm = self.gemm_for(int(example[0].shape[-1]))
+        args = (self.model, self._step, example, hidden, path, self._autotune, gemm)
         if self.shared_weights:
             try:
                 aot.build(*args, shared=True)
