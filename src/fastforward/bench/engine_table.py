@@ -140,21 +140,30 @@ def forward_ms(engine: Any, k: int, reps: int, context: int) -> float:
     return sorted(ts)[len(ts) // 2]
 
 
-def interleave_row(n: int, dtype: str, ours: dict[int, float], llama: dict[int, float]) -> dict[str, Any]:
+def interleave_row(
+    n: int, dtype: str, ours: dict[int, float], llama: dict[int, float], weights: str = "full"
+) -> dict[str, Any]:
     """One round of :func:`interleave_k8_k1`: both engines' 1- and 8-token costs (ms) and their ratios."""
     return {
-        "dtype": dtype, "round": n, "ours_k1": round(ours[1], 2), "ours_k8": round(ours[8], 2),
+        "dtype": dtype, **({"weights": weights} if weights != "full" else {}), "round": n, "ours_k1": round(ours[1], 2), "ours_k8": round(ours[8], 2),
         "ours_k8_k1": round(ours[8] / ours[1], 2), "llamacpp_k1": round(llama[1], 2),
         "llamacpp_k8": round(llama[8], 2), "llamacpp_k8_k1": round(llama[8] / llama[1], 2),
     }  # fmt: skip
 
 
 def interleave_k8_k1(
-    model_ref: str, dtype: str, folder: Path, rounds: int, reps: int = 9, context: int = 200
+    model_ref: str,
+    dtype: str,
+    folder: Path,
+    rounds: int,
+    reps: int = 9,
+    context: int = 200,
+    weights: str = "full",
 ) -> list[dict[str, Any]]:
     """The compiled engine's 1- and 8-token forwards after ``context`` cached tokens (medians of ``reps``)
     and llama.cpp's at the same precision (``llama-bench -p 1,8 -d context``, 5 repeats, from the
-    recipes/llamacpp.sh build in ``folder``), round after round, one row each (printed as it comes).
+    recipes/llamacpp.sh build in ``folder``; ``weights`` int8: our int8 model against Q8_0), round after
+    round, one row each (printed as it comes).
 
     Why interleaved: this host's speed drifts by 15-30% within minutes, so a ratio between two engines is
     read within a round, never across runs (session 43)."""
@@ -168,9 +177,9 @@ def interleave_k8_k1(
     from fastforward.models.cache import cache_root, compiled_dir
     from fastforward.models.loading import load_model
 
-    exe, gguf = binary(folder, "llama-bench"), gguf_file(folder, model_ref, gguf_type(dtype, "full"))
+    exe, gguf = binary(folder, "llama-bench"), gguf_file(folder, model_ref, gguf_type(dtype, weights))
     inductor_cache(str(cache_root()))
-    lm = load_model(model_ref, dtype, path="default", threads=2)
+    lm = load_model(model_ref, dtype, path="default", threads=2, weights=weights)
     compile_forward(lm.model, store=compiled_dir())
     engine = ModelEngine(lm.model)
     argv = [str(exe), "-m", str(gguf), *f"-p 1,8 -n 0 -d {context} -t 2 -r 5 -o jsonl".split()]
@@ -183,7 +192,7 @@ def interleave_k8_k1(
             ours = {k: forward_ms(engine, k, reps, context) for k in (1, 8)}
             out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
             _, curves = llamacpp_rows([json.loads(x) for x in out.splitlines() if x.strip()])
-            rows.append(interleave_row(n, dtype, ours, next(iter(curves.values()))))
+            rows.append(interleave_row(n, dtype, ours, next(iter(curves.values())), weights))
             print(json.dumps(rows[-1]), flush=True)
         engine.close()
     return rows
@@ -271,6 +280,7 @@ def main() -> None:
     i = sub.add_parser("interleave", help="compiled and llama.cpp 1- and 8-token forwards, round after round")
     i.add_argument("--model", default="smollm2-135m")
     i.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    i.add_argument("--weights", default="full", choices=("full", "int8"), help="int8: against llama.cpp Q8_0")
     i.add_argument("--llamacpp", default=None, help="recipes/llamacpp.sh build folder (default: the cache's)")
     i.add_argument("--rounds", type=rounds_arg, default=6, help="interleaved rounds, at least 1 (default: 6)")
     t = sub.add_parser("table", help="write results/engine.json from bench, curve and llama-bench files")
@@ -306,7 +316,7 @@ def main() -> None:
 
         folder = Path(a.llamacpp).expanduser() if a.llamacpp else cache_root() / "llamacpp"
         try:
-            rows = interleave_k8_k1(a.model, a.dtype, folder, a.rounds)
+            rows = interleave_k8_k1(a.model, a.dtype, folder, a.rounds, weights=a.weights)
         except (
             FastForwardError
         ) as e:  # no llama.cpp build or GGUF there: the one line that says how to make it
