@@ -97,7 +97,8 @@ def test_an_interleaved_round_keeps_both_engines_costs_and_ratios() -> None:
         "llamacpp_k1": 18.0, "llamacpp_k8": 36.0, "llamacpp_k8_k1": 2.0,
     }  # fmt: skip
     int8 = interleave_row(0, "bfloat16", {1: 50.0, 8: 200.0}, {1: 80.0, 8: 300.0}, "int8")
-    assert int8["weights"] == "int8" and int8["ours_k8_k1"] == 4.0  # the weights say which GGUF it ran against
+    # the weights say which GGUF the round ran against
+    assert int8["weights"] == "int8" and int8["ours_k8_k1"] == 4.0
 
 
 def test_a_timed_forward_leaves_the_cache_as_it_found_it() -> None:
