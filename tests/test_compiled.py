@@ -587,9 +587,6 @@ def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monk
         "CPP", "CPP", "ATEN", "ATEN",
     ]  # fmt: skip
     assert gemm_backends(torch.bfloat16, amx=False, int4=True, width=1) == "ATEN"
-    # int8 weights: the templates at every width (their 4-row kernel, once per 4 rows: int8_row_block)
-    assert gemm_backends(torch.bfloat16, amx=False, width=8, int8=True) == "CPP"
-    assert gemm_backends(torch.bfloat16, amx=False, width=None, int8=True) == "ATEN"
     assert gemm_backends(torch.float16, amx=False, width=1) == "ATEN"
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert gemm_backends(torch.bfloat16, amx=False, width=1) == "ATEN"

@@ -46,25 +46,6 @@ def test_each_row_gets_the_same_bits_whatever_rows_share_the_kernel(bits) -> Non
     assert torch.equal(together, alone)
 
 
-def test_a_traced_int8_linear_runs_one_gemm_per_block_of_rows(monkeypatch) -> None:
-    """Where inductor's small-M int8 kernel is the fast one (AVX-512 without AMX), a traced 8-token forward
-    runs two 4-row GEMMs (:func:`fastforward.core.compiled.int8_row_block`); each row gets the bits it gets
-    alone, and an eager forward (the prefill) stays one call."""
-    import fastforward.models.quantize as quantize
-
-    torch.manual_seed(0)
-    layer = quantize_linear(torch.nn.Linear(256, 128), 8)
-    x = torch.randn(8, 256)
-
-    def gemms(block: int) -> int:
-        monkeypatch.setattr(quantize, "int8_row_block", lambda: block)
-        program = torch.export.export(layer, (x,), strict=False)
-        assert torch.equal(program.module()(x), layer(x))
-        return sum(n.target == torch.ops.aten._weight_int8pack_mm.default for n in program.graph.nodes)
-
-    assert gemms(4) == 2 and gemms(0) == 1 and gemms(8) == 1
-
-
 @pytest.mark.slow  # 31 s of compiling on a 2-core AVX2 CPU: the suite's time budget
 def test_a_quantized_target_compiles_to_the_same_tokens() -> None:
     eager, fast = _quantized_tiny(8), _quantized_tiny(8)

@@ -208,11 +208,7 @@ def grouped_attention(
 
 
 def gemm_backends(
-    dtype: torch.dtype,
-    amx: bool | None = None,
-    int4: bool = False,
-    width: int | None = None,
-    int8: bool = False,
+    dtype: torch.dtype, amx: bool | None = None, int4: bool = False, width: int | None = None
 ) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype`` and a package for ``width`` fed
     tokens (None: a graph compiled in this process, which serves any width): its own GEMM templates in
@@ -238,11 +234,7 @@ def gemm_backends(
     1 / 4 / 8 / 16-token forwards 50.7 / 80.3 / 321 / 614 ms against 84.4 / 112.5 / 218 / 392. (Session 31 had
     measured the templates' 1-row GEMMs ~2.4x slower than oneDNN's there, before the weight layout of
     sessions 38-39; results/compiled_s31/attention.txt.) Measured only where torch's vector ISA is AVX-512:
-    on an AVX2 CPU, or under the AVX2 cap, bf16 stays on ATen.
-
-    int8 weights (``int8``) there go to the templates at every width: a traced int8 linear over more than
-    :data:`SMALL_M` tokens runs as one small-M template GEMM per 4 tokens (:func:`int8_row_block`), which
-    beats both the templates' own 8-token kernel and ATen's (``results/compiled_s46/gemm.txt``)."""
+    on an AVX2 CPU, or under the AVX2 cap, bf16 stays on ATen."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
@@ -251,30 +243,12 @@ def gemm_backends(
         return "ATEN"
     if amx_usable() if amx is None else amx:
         return "CPP"
-    if (
-        width is not None
-        and (width <= SMALL_M or int8)
-        and torch.backends.cpu.get_cpu_capability() == "AVX512"
-    ):
+    if width is not None and width <= SMALL_M and torch.backends.cpu.get_cpu_capability() == "AVX512":
         return "CPP"
     return "ATEN"
 
 
 SMALL_M = 4  # the widest bucket whose bf16 GEMMs go to inductor's templates on AVX-512 without AMX
-
-
-def int8_row_block() -> int:
-    """Rows per int8 weight-only GEMM in a traced forward (0: all rows in one): :data:`SMALL_M` where torch's
-    vector ISA is AVX-512 and the process may not use AMX, else 0. Read by
-    :class:`fastforward.models.quantize.Int8Linear` while tracing, so eager forwards (the prefill) are
-    unchanged.
-
-    Why: inductor's weight-only int8 template has a small-M kernel that runs a 4-token GEMM of the 1.5B's
-    in ~1.6x its 1-token time, but 8 tokens in ~6.3x (and ATen's kernel in ~4.3x) on the AVX-512 EPYC; two
-    4-token GEMMs over the same weights cost about twice the first."""
-    if torch.backends.cpu.get_cpu_capability() != "AVX512" or amx_usable():
-        return 0
-    return SMALL_M
 
 
 def amx_usable() -> bool:
@@ -380,7 +354,6 @@ class CompiledForward:
         inductor_cache()  # a folder per ISA, under the CLI's root where it set one, else torch's default
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
         self._dtype, self._int4 = next(model.parameters()).dtype, int4_weights(model)
-        self._int8 = quantized(model) and not self._int4
         self.gemm = self.gemm_for(None)  # graphs compiled in this process serve any width
         self.shared_weights = shares_weights(model)
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
@@ -418,7 +391,7 @@ class CompiledForward:
 
     def gemm_for(self, width: int | None) -> str:
         """The GEMM backends of a package for ``width`` fed tokens (None: any width): :func:`gemm_backends`."""
-        return gemm_backends(self._dtype, int4=self._int4, width=width, int8=self._int8)
+        return gemm_backends(self._dtype, int4=self._int4, width=width)
 
     def _copies_weights(self) -> bool:
         """Whether each package this forward builds holds its own copy of the weights: a store's packages of

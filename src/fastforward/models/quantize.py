@@ -37,7 +37,6 @@ from collections import Counter
 import torch
 from torch import nn
 
-from fastforward.core.compiled import int8_row_block
 from fastforward.errors import FastForwardError
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
@@ -75,12 +74,7 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, self.in_features).to(self.scales.dtype).contiguous()
-        block = int8_row_block() if torch.compiler.is_compiling() else 0
-        if 0 < block < x2.shape[0]:  # traced for a compiled bucket: one small-M GEMM per block of rows
-            parts = [x2[r : r + block] for r in range(0, x2.shape[0], block)]
-            y = torch.cat([torch.ops.aten._weight_int8pack_mm(p, self.qweight, self.scales) for p in parts])
-        else:
-            y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
+        y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
