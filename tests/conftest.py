@@ -42,7 +42,7 @@ def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
     test could start from a user's measurements instead of its own. Each session now measures its own."""
     from fastforward.models.cache import cache_root
 
-    real = cache_root()
+    real = cache_root().absolute()  # a relative FASTFORWARD_CACHE must not make links into the tmp folder
     USER_CACHE[:] = [real]
     root = tmp_path_factory.mktemp("cache")
     for name in SHARED_CACHE:

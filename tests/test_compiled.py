@@ -581,18 +581,45 @@ def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monk
     assert gemm_backends(torch.bfloat16, amx=True, int4=True) == "ATEN"
     assert gemm_backends(torch.float16, amx=True) == "ATEN"
     assert "CPP" in gemm_backends(torch.float32, amx=False)
-    # AVX-512 without AMX: the templates' small-M kernels for buckets of 1-4 tokens, ATen from 8
+    # AVX-512 with bf16, without AMX: the templates for buckets of 1-4 tokens, ATen from 8
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr("fastforward.hardware.cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     assert [gemm_backends(torch.bfloat16, amx=False, width=w) for w in (1, 4, 8, None)] == [
         "CPP", "CPP", "ATEN", "ATEN",
     ]  # fmt: skip
     assert gemm_backends(torch.bfloat16, amx=False, int4=True, width=1) == "ATEN"
     assert gemm_backends(torch.float16, amx=False, width=1) == "ATEN"
+    monkeypatch.setattr("fastforward.hardware.cpu_flags", lambda: {"avx512f"})  # no bf16: not measured there
+    assert gemm_backends(torch.bfloat16, amx=False, width=1) == "ATEN"
+    monkeypatch.setattr("fastforward.hardware.cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert gemm_backends(torch.bfloat16, amx=False, width=1) == "ATEN"
     monkeypatch.undo()
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the cap removes avx512_bf16 from the usable flags
     assert not amx_usable() and gemm_backends(torch.bfloat16) == "ATEN"
+    assert gemm_backends(torch.bfloat16, width=1) == "ATEN"
+
+
+def test_each_package_is_built_with_the_gemm_backends_of_its_width(tmp_path, monkeypatch) -> None:
+    """The per-width rule reaches the build: a bf16 model's 1- and 4-token packages on the templates, its
+    8-token one on ATen, on an AVX-512 CPU with bf16 and no AMX."""
+    from fastforward.core import aot
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr("fastforward.hardware.cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    fast = make_tiny("llama", vocab=96, seed=SEED)
+    fast.model.to(torch.bfloat16)
+    runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    seen: dict[int, str] = {}
+
+    def build(model, step, example, hidden, path, autotune, gemm, **kwargs) -> None:
+        seen[int(example[0].shape[-1])] = gemm
+
+    monkeypatch.setattr(aot, "build", build)
+    for k in (1, 4, 8):
+        example = (torch.zeros(1, k, dtype=torch.long),)
+        runner._build(example, False, tmp_path / f"k{k}.pt2", f"the {k}-token forward")
+    assert seen == {1: "CPP", 4: "CPP", 8: "ATEN"}
 
 
 def test_building_a_package_leaves_no_copy_of_its_library_in_inductor_s_cache(tmp_path) -> None:

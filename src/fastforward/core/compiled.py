@@ -233,8 +233,9 @@ def gemm_backends(
     int8 weights 6.8 / 8.0 / 16.0 / 38.6 ms against 11.3 / 13.7 / 16.3 / 29.3, and Qwen2.5-Coder-1.5B int8's
     1 / 4 / 8 / 16-token forwards 50.7 / 80.3 / 321 / 614 ms against 84.4 / 112.5 / 218 / 392. (Session 31 had
     measured the templates' 1-row GEMMs ~2.4x slower than oneDNN's there, before the weight layout of
-    sessions 38-39; results/compiled_s31/attention.txt.) Measured only where torch's vector ISA is AVX-512:
-    on an AVX2 CPU, or under the AVX2 cap, bf16 stays on ATen."""
+    sessions 38-39; results/compiled_s31/attention.txt.) Measured only where torch's vector ISA is AVX-512
+    and the CPU has avx512_bf16 as this process may use it: on an AVX2 CPU, an AVX-512 CPU without bf16, or
+    under an ISA cap below them, bf16 stays on ATen."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
@@ -243,9 +244,17 @@ def gemm_backends(
         return "ATEN"
     if amx_usable() if amx is None else amx:
         return "CPP"
-    if width is not None and width <= SMALL_M and torch.backends.cpu.get_cpu_capability() == "AVX512":
+    if width is not None and width <= SMALL_M and _avx512_bf16():
         return "CPP"
     return "ATEN"
+
+
+def _avx512_bf16() -> bool:
+    """Whether torch's vector ISA is AVX-512 and the CPU's avx512_bf16 is usable (no ONEDNN_MAX_CPU_ISA cap
+    removes it): the kind of CPU the narrow-bucket rule of :func:`gemm_backends` was measured on."""
+    from fastforward.hardware import cpu_flags
+
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and "avx512_bf16" in cpu_flags()
 
 
 SMALL_M = 4  # the widest bucket whose bf16 GEMMs go to inductor's templates on AVX-512 without AMX
@@ -578,10 +587,11 @@ class CompiledForward:
         prepacked weights cannot be shared) is built again with its own copy of the weights, said in one
         line: slower when widths switch, same tokens.
 
-        Why ATen's GEMMs here and not inductor's templates: the templates split one layer's laid-out weight
-        into several constants (its q, k and v parts) that carry the same weight name, and AOTInductor's
-        on-disk weight format keys weights by that name, so it keeps one of them and the package cannot be
-        loaded (torch 2.13)."""
+        The GEMM backends are the width's (:meth:`gemm_for`). A shared build's GEMMs end up as ATen's over the
+        plain weights (float32 models, whose default backends include ATen): the templates split one layer's
+        laid-out weight into several constants (its q, k and v parts) that carry the same weight name, and
+        AOTInductor's on-disk weight format keys weights by that name, so it keeps one of them and the package
+        cannot be loaded (torch 2.13)."""
         from fastforward.core import aot
 
         gemm = self.gemm_for(int(example[0].shape[-1]))
