@@ -3,6 +3,7 @@ tests), and real prompts from GSM8K held-out, MT-bench and HumanEval rendered wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from pathlib import Path
@@ -39,17 +40,22 @@ def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
 
     Why: tests measure step costs on a loaded machine (two workers, one thread each) and used to file them
     in the user's cache, where a later real run with those threads took them as this machine's costs; and a
-    test could start from a user's measurements instead of its own. Each session now measures its own."""
+    test could start from a user's measurements instead of its own. Each session now measures its own, and
+    the two workers of one `make test` share them (the session's common temporary folder), as they shared the
+    user's before."""
     from fastforward.models.cache import cache_root
 
     real = cache_root().absolute()  # a relative FASTFORWARD_CACHE must not make links into the tmp folder
     USER_CACHE[:] = [real]
-    root = tmp_path_factory.mktemp("cache")
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "fastforward-cache"
+    root.mkdir(exist_ok=True)
     for name in SHARED_CACHE:
         if name in ("compiled", "inductor"):  # made by the suite's first build: kept for the next session
             (real / name).mkdir(parents=True, exist_ok=True)
         if (real / name).is_dir():
-            (root / name).symlink_to(real / name, target_is_directory=True)
+            with contextlib.suppress(FileExistsError):  # the other worker linked it first
+                (root / name).symlink_to(real / name, target_is_directory=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FASTFORWARD_CACHE", str(root))
         yield root
