@@ -570,6 +570,30 @@ def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
     assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("width", [12, 40])
+def test_a_mask_narrower_than_the_cache_reads_only_the_slots_it_covers(width) -> None:
+    """An eager prefill over the fixed cache masks only the slots filled so far: :func:`gqa_sdpa` then
+    attends over those slots alone (the decoding-width attention or SDPA), with the result of the full
+    cache and a mask that hides the rest."""
+    from fastforward.core.compiled import gqa_sdpa
+
+    g = torch.Generator().manual_seed(0)
+    module = torch.nn.Module()
+    module.training = False
+    q = torch.randn(1, 6, width, 8, generator=g)
+    k, v = (torch.randn(1, 2, 64, 8, generator=g) for _ in range(2))
+    filled = width + 3
+    narrow = torch.ones(1, 1, width, filled, dtype=torch.bool).tril(filled - width)
+    wide = torch.zeros(1, 1, width, 64, dtype=torch.bool)
+    wide[..., :filled] = narrow
+    k_junk, v_junk = k.clone(), v.clone()
+    k_junk[:, :, filled:], v_junk[:, :, filled:] = float("nan"), float("nan")  # never read
+    got, _ = gqa_sdpa(module, q, k_junk, v_junk, narrow, scaling=0.3)
+    want, _ = gqa_sdpa(module, q, k, v, wide, scaling=0.3)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monkeypatch) -> None:
     """bf16 GEMMs (int8 weights' too): inductor's templates (AMX micro-kernels) on an AMX CPU, oneDNN
     elsewhere, for int4 weights, and under an ISA cap, which must see the CPU as the capped kind would; on

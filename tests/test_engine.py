@@ -157,9 +157,33 @@ def test_a_prompt_prefilled_in_chunks_equals_one_forward(model):
     torch.testing.assert_close(nxt, ref[-1], rtol=1e-4, atol=1e-4)
 
 
-def test_the_compiled_fixed_cache_prefills_in_chunks_too():
-    """The compiled path's prefill (the fixed cache, explicit masks) in chunks: the same first token's
-    logits and the same next step as the eager engine given the whole prompt at once."""
+def test_the_head_reads_only_the_kept_positions_and_as_a_tensor_of_their_own(model):
+    """``keep=1`` gives the last position's logits, equal to a full forward's, and the LM head receives that
+    row as a tensor of its own (strides of its own shape): a view into the whole prompt's hidden states
+    sends torch's CPU ``linear`` down a path that copies the head's weight on every call."""
+    from fastforward.core.engine import kept_positions, model_call
+
+    assert kept_positions(torch.zeros(1, 5, dtype=torch.long), 0) == 0
+    assert kept_positions(torch.zeros(1, 5, dtype=torch.long), 5) == 5
+    assert kept_positions(torch.zeros(1, 5, dtype=torch.long), 2).tolist() == [3, 4]
+    seen = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, args, out: seen.append(args[0]))
+    try:
+        with torch.inference_mode():
+            out = model_call(model, torch.tensor([PROMPT]), None, None, SlotCache(32), keep=1)
+    finally:
+        hook.remove()
+    (x,) = seen
+    assert x.shape[1] == 1 and x.stride() == torch.empty(x.shape).stride()
+    torch.testing.assert_close(out.logits[0, -1], full_logits(model, PROMPT)[-1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("chunk", [10, 512])
+def test_the_compiled_fixed_cache_prefills_in_chunks_too(chunk):
+    """The compiled path's prefill (the fixed cache, explicit masks) in chunks of up to 32 tokens (the
+    decoding-width attention) or all at once (SDPA; the mask then covers only the filled slots and the
+    attention reads no more of the cache): the same first token's logits and the same next step as the
+    eager engine given the whole prompt at once."""
     import fastforward.core.engine as engine_module
     from fastforward.core.engine import compile_forward
 
@@ -171,7 +195,7 @@ def test_the_compiled_fixed_cache_prefills_in_chunks_too():
         want = ref.start(torch.tensor([prompt]), capacity=64)
         engine = ModelEngine(fast.model)
         engine._runner, engine.cache = runner, runner.acquire(len(prompt) + engine_module.BUCKETS[-1])
-        got = engine._fixed_prefill(torch.tensor([prompt]), hidden=False, chunk=10)  # 10, 10, 10, 3
+        got = engine._fixed_prefill(torch.tensor([prompt]), hidden=False, chunk=chunk)  # 10, 10, 10, 3 or 33
         assert engine.lengths == [len(prompt)]
         torch.testing.assert_close(got.logits[0, -1], want.logits[0, -1], rtol=1e-4, atol=1e-4)
         step, ref_step = engine.forward([Block.chain([9, 4])]), ref.forward([Block.chain([9, 4])])

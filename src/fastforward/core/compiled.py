@@ -167,6 +167,8 @@ def gqa_sdpa(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     mask = attention_mask[:, :, :, : key.shape[-2]]
+    if mask.shape[-1] < key.shape[-2]:  # an eager prefill's mask covers only the slots filled so far
+        key, value = key[:, :, : mask.shape[-1]], value[:, :, : mask.shape[-1]]
     if query.device.type == "cpu" and query.shape[2] <= BUCKETS[-1]:
         out = grouped_attention(query, key, value, mask, scaling)
     else:
