@@ -23,6 +23,7 @@ from fastforward.bench.report import AR_LIKE  # one token per decode step
 from fastforward.core.compiled import BUCKETS, compiled, tier, tiers
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.engine import warm_buckets
+from fastforward.core.memory import frozen_heap
 from fastforward.core.metrics import DecodeTotals, generation_record
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
@@ -152,7 +153,6 @@ def run_bench(
         raise ValueError("the AR baseline must be among the decoders")
     names = list(decoders)
     tok = target.tokenizer
-    greedy = config.sampling.greedy
     saved = saved or {}
     todo = sum(len(s.turns) for s in samples) - sum((i, t) in saved for i, s in enumerate(samples)
                                                     for t in range(len(s.turns)))  # fmt: skip
@@ -170,6 +170,23 @@ def run_bench(
         for n in names:  # the warm-up paid for first-call costs; its timings must not decide the run
             decoders[n].reopen_estimates()
 
+    with frozen_heap():  # no full collection lands on one method's timed generation (memory.freeze_heap)
+        totals = _timed_turns(decoders, names, samples, config, tok, saved, on_turn)
+    return _summary(target, decoders, names, totals, config, dataset, warmup, resolved)
+
+
+def _timed_turns(
+    decoders: dict[str, Decoder],
+    names: list[str],
+    samples: list[Sample],
+    config: GenerationConfig,
+    tok: Any,
+    saved: Mapping[tuple[int, int], dict[str, Any]],
+    on_turn: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, MethodTotals]:
+    """Every decoder on every turn of ``samples``, the order rotated per turn (no method always runs first
+    after another); a turn in ``saved`` is restored instead of run."""
+    greedy = config.sampling.greedy
     totals = {n: MethodTotals() for n in names}
     k = 0
     for si, sample in enumerate(samples):
@@ -199,7 +216,21 @@ def run_bench(
                 on_turn({"index": si, "id": sample.id, "turn": turn, "assistant": answer, "methods": entries})
             line = ", ".join(f"{n} {results[n].stats.tokens_per_s:.1f}" for n in names)
             log(f"[{si + 1}/{len(samples)}] {sample.id} turn {turn + 1}: tok/s {line}")
+    return totals
 
+
+def _summary(
+    target: LoadedModel,
+    decoders: dict[str, Decoder],
+    names: list[str],
+    totals: dict[str, MethodTotals],
+    config: GenerationConfig,
+    dataset: str,
+    warmup: int,
+    resolved: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The bench's result: per method its totals, what ran (AR steps, widths) and its per-sample records,
+    with the run's provenance."""
     base_tps = totals[BASELINE].totals.tokens_per_s
     methods: dict[str, Any] = {}
     for n in names:
