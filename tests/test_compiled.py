@@ -570,18 +570,20 @@ def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
     assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("kv_heads", [2, 6])
 @pytest.mark.parametrize("width", [12, 40])
-def test_a_mask_narrower_than_the_cache_reads_only_the_slots_it_covers(width) -> None:
+def test_a_mask_narrower_than_the_cache_reads_only_the_slots_it_covers(width, kv_heads) -> None:
     """An eager prefill over the fixed cache masks only the slots filled so far: :func:`gqa_sdpa` then
-    attends over those slots alone (the decoding-width attention or SDPA), with the result of the full
-    cache and a mask that hides the rest."""
+    attends over those slots alone (the decoding-width attention, SDPA, or transformers' own function for
+    a model without grouped heads), with the result of the full cache and a mask that hides the rest."""
     from fastforward.core.compiled import gqa_sdpa
 
     g = torch.Generator().manual_seed(0)
     module = torch.nn.Module()
     module.training = False
+    module.num_key_value_groups = 6 // kv_heads
     q = torch.randn(1, 6, width, 8, generator=g)
-    k, v = (torch.randn(1, 2, 64, 8, generator=g) for _ in range(2))
+    k, v = (torch.randn(1, kv_heads, 64, 8, generator=g) for _ in range(2))
     filled = width + 3
     narrow = torch.ones(1, 1, width, filled, dtype=torch.bool).tril(filled - width)
     wide = torch.zeros(1, 1, width, 64, dtype=torch.bool)

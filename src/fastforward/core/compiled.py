@@ -161,14 +161,15 @@ def gqa_sdpa(
     transformers' own function."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    if attention_mask is not None and attention_mask.shape[-1] < key.shape[-2]:
+        # an eager prefill's mask covers only the cache slots filled so far: attend over those alone
+        key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
     plain = not any(kwargs.get(k) for k in ("softcap", "position_bias", "output_attentions", "cache"))
     if not plain or dropout or attention_mask is None or query.shape[1] == key.shape[1]:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     mask = attention_mask[:, :, :, : key.shape[-2]]
-    if mask.shape[-1] < key.shape[-2]:  # an eager prefill's mask covers only the slots filled so far
-        key, value = key[:, :, : mask.shape[-1]], value[:, :, : mask.shape[-1]]
     if query.device.type == "cpu" and query.shape[2] <= BUCKETS[-1]:
         out = grouped_attention(query, key, value, mask, scaling)
     else:
