@@ -147,7 +147,7 @@ def freeze_heap() -> None:
     Why: with a model loaded the heap holds ~450k tracked objects, and a full collection over them took
     ~200 ms (SmolLM2 compiled in bf16 on a 2-core EPYC, results/compiled_s47/gc.txt), a stall in whichever
     generation it fell on: 15-20 decoding steps of a 10 ms model, charged at random to one method of a bench
-    or to one request of a server. Frozen, the same collections took ~1-2 ms. Garbage among the frozen
+    or to one request of a server. Frozen, the same collections took 0.8-1.6 ms. Garbage among the frozen
     objects that only a cycle collection could free stays until :func:`gc.unfreeze`."""
     gc.collect()
     gc.freeze()
