@@ -280,7 +280,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         engine.start()
         try:
-            with frozen_heap():  # the loaded model's objects: no ~200 ms full collection stalls a request
+            with frozen_heap():  # what start-up loaded is no longer re-scanned by ~200 ms full collections
                 yield
         finally:
             await asyncio.to_thread(engine.shutdown)
