@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from fastforward.bench.runner import run_bench
 from fastforward.chimera.train import new_draft
@@ -233,7 +235,8 @@ def test_timed_generations_run_with_the_heap_frozen_and_the_warm_up_without():
 
     assert gc.get_freeze_count() == 0
     samples = [Sample(id=f"s{i}", dataset="t", turns=("count to ten",)) for i in range(2)]
-    run_bench(target, {"ar": Recording()}, samples, GenerationConfig(max_new_tokens=4), "t", warmup=1)
+    out = run_bench(target, {"ar": Recording()}, samples, GenerationConfig(max_new_tokens=4), "t", warmup=1)
+    assert isinstance(out["huge_page_bytes"], int)  # what the timed run's pages were, said in the result
     assert seen[0] == 0 and all(n > 0 for n in seen[1:]) and len(seen) == 3
     assert gc.get_freeze_count() == 0
 
@@ -251,3 +254,63 @@ def test_a_frozen_heap_stays_frozen_inside_another_and_thaws_with_the_outer():
             pass
         assert gc.get_freeze_count() >= n
     assert gc.get_freeze_count() == 0 and any(o is alive for o in gc.get_objects())
+
+
+MAPS = """\
+7f0000000000-7f0000600000 rw-p 00000000 00:00 0
+7f0000600000-7f0000a00000 r--p 00000000 fd:01 1234                       /usr/lib/libfoo.so
+7f0000a00000-7f0000c00000 rw-s 00000000 00:01 99                         /dev/zero (deleted)
+7f0001000000-7f0001100000 rw-p 00000000 00:00 0
+7f0002000000-7f0002400000 r--p 00000000 00:00 0
+7f0003000123-7f0003600000 rw-p 00000000 00:00 0
+55d000000000-55d000800000 rw-p 00000000 00:00 0                          [heap]
+7ffc00000000-7ffc00800000 rw-p 00000000 00:00 0                          [stack]
+7f0004000000-7f0004800000 rw-p 00000000 fd:01 77                         /tmp/weights.bin
+"""
+
+
+def test_anonymous_spans_are_the_private_writable_unnamed_mappings_cut_to_whole_huge_pages():
+    from fastforward.core.memory import HUGE_PAGE, anonymous_spans
+
+    spans = anonymous_spans(MAPS)
+    assert spans == [
+        (0x7F0000000000, 0x7F0000600000),  # 6 MB, aligned already
+        (0x7F0003200000, 0x7F0003600000),  # its start rounded up to the next 2 MB
+        (0x55D000000000, 0x55D000800000),  # the heap
+    ]  # not: a library, shared memory, a 1 MB mapping, a read-only one, the stack, a mapped file
+    assert all(s % HUGE_PAGE == 0 and e % HUGE_PAGE == 0 for s, e in spans)
+    assert anonymous_spans(MAPS, least=4 * HUGE_PAGE) == [(0x55D000000000, 0x55D000800000)]
+
+
+def test_thp_mode_reads_the_bracketed_word(tmp_path):
+    from fastforward.core.memory import thp_mode
+
+    (tmp_path / "enabled").write_text("always [madvise] never\n")
+    assert thp_mode(tmp_path / "enabled") == "madvise"
+    assert thp_mode(tmp_path / "missing") is None
+
+
+def test_huge_pages_off_by_environment_never_advises(monkeypatch):
+    from fastforward.core import memory
+
+    def refuse():
+        raise AssertionError("madvise looked up although FASTFORWARD_HUGE_PAGES=0")
+
+    monkeypatch.setenv(memory.HUGE_PAGES_ENV, "0")
+    monkeypatch.setattr(memory, "_madvise", refuse)
+    assert memory.huge_pages() == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_huge_pages_finds_a_tensor_and_keeps_its_contents():
+    """A large tensor lives in one of the spans huge_pages advises, and advising (and collapsing where the
+    kernel allows) leaves every value as it was."""
+    from fastforward.core.memory import anonymous_spans, huge_pages
+
+    t = torch.arange(16 << 20, dtype=torch.float32)  # 64 MB
+    expect = t.clone()
+    start, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+    spans = anonymous_spans(Path("/proc/self/maps").read_text())
+    assert any(s < end and start < e for s, e in spans)
+    assert huge_pages() >= 0
+    assert torch.equal(t, expect)

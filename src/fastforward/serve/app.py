@@ -44,7 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastforward.core.constraint import Constraint
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.detok import TextStream
-from fastforward.core.memory import frozen_heap
+from fastforward.core.memory import frozen_heap, huge_pages
 from fastforward.data import render_prompt
 from fastforward.decoders.registry import METHODS
 from fastforward.errors import FastForwardError
@@ -279,6 +279,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         engine.start()
+        huge_pages()  # what start-up loaded; packages a first request loads later keep the kernel's pages
         try:
             with frozen_heap():  # what start-up loaded is no longer re-scanned by ~200 ms full collections
                 yield
