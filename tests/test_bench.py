@@ -241,6 +241,31 @@ def test_timed_generations_run_with_the_heap_frozen_and_the_warm_up_without():
     assert gc.get_freeze_count() == 0
 
 
+def test_each_method_but_ar_gets_a_speedup_interval_over_the_turns_and_the_table_shows_it():
+    from dataclasses import replace
+
+    from fastforward.bench.report import markdown_table
+    from fastforward.data import Sample
+
+    class Tok:  # the tiny model has no tokenizer: every prompt is the same few ids
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [5, 17, 33, 2]}
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    target = replace(make_tiny(), tokenizer=Tok())
+    decoders = {"ar": build_decoder("ar", target), "pld": build_decoder("pld", target)}
+    samples = [Sample(id=f"s{i}", dataset="t", turns=("count to ten",)) for i in range(3)]
+    out = run_bench(target, decoders, samples, GenerationConfig(max_new_tokens=6), "t", warmup=0)
+    assert out["methods"]["ar"]["speedup_interval_90"] is None
+    lo, hi = out["methods"]["pld"]["speedup_interval_90"]
+    assert 0 < lo <= hi
+    assert f"({lo:.2f}-{hi:.2f})" in markdown_table({**out, "hardware": "test"})
+
+
 def test_a_frozen_heap_stays_frozen_inside_another_and_thaws_with_the_outer():
     import gc
 

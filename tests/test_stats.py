@@ -3,6 +3,8 @@ in the totals, and in the per-sample records a bench stores."""
 
 from __future__ import annotations
 
+import pytest
+
 from fastforward.core.decoder import GenerationConfig
 from fastforward.core.metrics import DecodeTotals, generation_record, record_totals
 from fastforward.core.stats import DecodeStats
@@ -45,3 +47,20 @@ def test_decoders_record_their_gate_fallback_and_empty_drafts_as_ar_steps() -> N
     assert pld.drafted_tokens == pld.extras["spec_proposed"]
     look = build_decoder("lookahead", tiny, None, {"gate": "off"}).generate(prompt, config).stats
     assert look.ar_steps == 0 and look.parallel_steps == look.target_forwards - 1
+
+
+def test_speedup_interval_brackets_the_speedup_and_narrows_to_a_point_when_every_turn_agrees():
+    from fastforward.core.metrics import speedup_interval
+
+    base = [(100, 1.0), (50, 0.6), (128, 1.5), (80, 0.9)]
+    twice = [(t, s / 2) for t, s in base]
+    assert speedup_interval(twice, base) == pytest.approx((2.0, 2.0))
+    noisy = [(100, 0.5), (50, 0.5), (128, 0.6), (80, 0.9)]
+    lo, hi = speedup_interval(noisy, base)
+    point = (sum(t for t, _ in noisy) / sum(s for _, s in noisy)) / (
+        sum(t for t, _ in base) / sum(s for _, s in base)
+    )
+    assert lo < point < hi and lo < hi
+    assert speedup_interval(noisy, base) == (lo, hi)  # seeded: the same records, the same interval
+    assert speedup_interval(noisy[:1], base[:1]) is None
+    assert speedup_interval(noisy[:3], base) is None

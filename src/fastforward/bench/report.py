@@ -50,6 +50,13 @@ def parallel_cell(m: dict[str, Any], name: str) -> str:
     return f"{1 - share:.0%}"
 
 
+def speedup_cell(m: dict[str, Any]) -> str:
+    """The speedup, with its 90% interval over the turns where the result has one (runs since session 48)."""
+    interval = m.get("speedup_interval_90")
+    cell = f"{m['speedup_vs_ar']:.2f}x"
+    return cell if not interval else f"{cell} ({interval[0]:.2f}-{interval[1]:.2f})"
+
+
 def mostly_ar(m: dict[str, Any], name: str) -> bool:
     share = m.get("ar_step_share")
     return name not in AR_LIKE and share is not None and share >= MOSTLY_AR
@@ -76,7 +83,7 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"**{result['model']}**, {dtype}/{result.get('path', 'default')}{quantized}, {result['dataset']}, max_new_tokens {result['max_new_tokens']} "
         f"— {result['hardware']}",
         "",
-        f"| method | tokens/s | speedup vs AR | mean accepted tokens/forward | parallel steps "
+        f"| method | tokens/s | speedup vs AR (90% interval over turns) | mean accepted tokens/forward | parallel steps "
         f"| same tokens as AR ({dtype}{quantized}) | samples | lossless |",
         "|---|---:|---:|---:|---:|---:|---:|:--:|",
     ]
@@ -88,7 +95,7 @@ def markdown_table(result: dict[str, Any]) -> str:
             label += " †"
             marked.append(f"{name} {m['ar_step_share']:.0%} AR")
         lines.append(
-            f"| {label} | {m['tokens_per_s']:.1f} | {m['speedup_vs_ar']:.2f}x | {_fmt(m['mean_accepted_tokens'], '.2f')} "
+            f"| {label} | {m['tokens_per_s']:.1f} | {speedup_cell(m)} | {_fmt(m['mean_accepted_tokens'], '.2f')} "
             f"| {parallel_cell(m, name)} | {same} | {m['samples']} | {_lossless(m.get('lossless'), name, weights != 'full')} |"
         )
     if marked:

@@ -25,7 +25,7 @@ from fastforward.core.compiled import BUCKETS, compiled, tier, tiers
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.engine import warm_buckets
 from fastforward.core.memory import frozen_heap, huge_pages
-from fastforward.core.metrics import DecodeTotals, generation_record
+from fastforward.core.metrics import DecodeTotals, generation_record, speedup_interval
 from fastforward.core.stats import DecodeStats
 from fastforward.data import Sample, render_prompt
 from fastforward.decoders.speculative import draft_models
@@ -234,6 +234,20 @@ def _timed_turns(
     return totals
 
 
+def _interval(method: MethodTotals, base: MethodTotals) -> list[float] | None:
+    """The 90% bootstrap interval of ``method``'s speedup over ``base`` from their per-turn records (same
+    turns, same order), rounded to 3 places; None when it cannot be drawn."""
+    pairs = [
+        ((m["new_tokens"], m["wall_time_s"]), (b["new_tokens"], b["wall_time_s"]))
+        for m, b in zip(method.samples, base.samples, strict=False)
+        if (m["id"], m["turn"]) == (b["id"], b["turn"])
+    ]
+    if len(pairs) != len(base.samples):
+        return None
+    got = speedup_interval([p[0] for p in pairs], [p[1] for p in pairs])
+    return None if got is None else [round(got[0], 3), round(got[1], 3)]
+
+
 def _summary(
     target: LoadedModel,
     decoders: dict[str, Decoder],
@@ -254,6 +268,8 @@ def _summary(
         methods[n] = {
             "tokens_per_s": tps,
             "speedup_vs_ar": tps / base_tps if base_tps else 0.0,
+            # how far the turns let that figure move (bootstrap over turns, metrics.speedup_interval)
+            "speedup_interval_90": None if n == BASELINE else _interval(totals[n], totals[BASELINE]),
             "mean_accepted_tokens": t.mean_accepted_tokens,
             "identical_to_ar": t.identical_rate,
             "samples": len(totals[n].samples),
