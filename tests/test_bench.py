@@ -339,3 +339,15 @@ def test_huge_pages_finds_a_tensor_and_keeps_its_contents():
     assert any(s < end and start < e for s, e in spans)
     assert huge_pages() >= 0
     assert torch.equal(t, expect)
+
+
+def test_turn_order_is_a_fixed_permutation_that_changes_every_methods_neighbours():
+    from fastforward.bench.runner import turn_order
+
+    names = ["ar", "jacobi", "lookahead", "suffix", "pld", "qsd", "llamacpp"]
+    orders = [turn_order(names, k) for k in range(16)]
+    assert all(sorted(o) == sorted(names) for o in orders)
+    assert orders == [turn_order(names, k) for k in range(16)]  # the same in every run
+    before_ar = {o[o.index("ar") - 1] for o in orders if o[0] != "ar"}
+    assert len(before_ar) > 2  # a rotation gave AR one predecessor, always llama.cpp
+    assert len({o.index("ar") for o in orders}) > 3

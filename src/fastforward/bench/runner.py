@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -190,6 +191,19 @@ def settle_pages() -> int:
     return huge
 
 
+def turn_order(names: list[str], turn: int) -> list[str]:
+    """The order the methods run in on the ``turn``-th turn of a bench: a permutation drawn from the turn's
+    number, so it is the same in every run, and over the turns each method runs in every position and after
+    different methods.
+
+    Why not a rotation (before session 48): a rotation keeps every method's neighbours. AR always ran right
+    after the llama.cpp row's subprocess, and jacobi always right after AR; in SmolLM2 bf16 runs on the EPYC,
+    jacobi and lookahead, at 99-100% plain AR steps, read 0.94-0.98x of AR with 90% intervals below 1, in
+    turns where they took no wide step at all (results/compiled_s48). What a method inherits from the one
+    before it must not be charged to the same method every turn."""
+    return random.Random(f"bench-turn-{turn}").sample(names, len(names))
+
+
 def _timed_turns(
     decoders: dict[str, Decoder],
     names: list[str],
@@ -199,7 +213,7 @@ def _timed_turns(
     saved: Mapping[tuple[int, int], dict[str, Any]],
     on_turn: Callable[[dict[str, Any]], None] | None,
 ) -> dict[str, MethodTotals]:
-    """Every decoder on every turn of ``samples``, the order rotated per turn (no method always runs first
+    """Every decoder on every turn of ``samples``, in a new order each turn (:func:`turn_order`: no method always runs first
     after another); a turn in ``saved`` is restored instead of run."""
     greedy = config.sampling.greedy
     totals = {n: MethodTotals() for n in names}
@@ -208,7 +222,7 @@ def _timed_turns(
         messages: list[dict[str, str]] = []
         for turn, user in enumerate(sample.turns):
             messages.append({"role": "user", "content": user})
-            order = names[k % len(names) :] + names[: k % len(names)]
+            order = turn_order(names, k)
             k += 1
             if (si, turn) in saved:
                 entry = saved[(si, turn)]
