@@ -65,8 +65,8 @@ def test_on_avx2_costs_a_block_that_does_not_pay_runs_at_about_ar_speed(dtype, p
     gate = StepGate()
     rate, parallel = _simulate(gate, block_ms, ar_ms, _jacobi_tokens(), 2000)
     assert ungated < 0.75 / ar_ms  # the block alone runs below AR here ...
-    assert rate >= 0.95 / ar_ms  # ... the gated decoder at AR speed, opening and probes included
-    assert parallel == gate.burst * (1 + gate.probes) and gate.probes >= 2
+    assert rate >= 0.98 / ar_ms  # ... the gated decoder at AR speed, opening and probes included
+    assert parallel == gate.burst * (1 + gate.probes) and gate.probes >= 1  # it still probes
 
 
 def test_on_bf16_avx512_costs_a_paying_block_is_never_left():
@@ -128,10 +128,10 @@ def test_a_costly_step_opens_only_after_enough_ar_time_to_bound_its_loss():
     _, parallel = _simulate(gate, 90.0, 30.0, lambda i: 4, 1200)  # 4 tokens for 3 AR steps
     assert parallel > 0 and gate.ar_steps >= gate.opening() >= 600  # a text that pays is still found
     assert gate.winning()
-    near = StepGate(ratio=1.02)  # a GPU-like curve: one AR stretch (AR's cost), then the opening
-    assert near.opening() == pytest.approx(4.0)
+    near = StepGate(ratio=1.02)  # a GPU-like curve: AR steps for the budget, then the opening
+    assert near.opening() == pytest.approx(16.0)  # 4 x 0.02 AR steps at 0.5%
     _, parallel = _simulate(near, 10.2, 10.0, lambda i: 2, 300)
-    assert parallel >= 300 - 5 - 2 * near.burst  # 4-5 AR steps first, then two refreshes
+    assert parallel >= 300 - 17 - 2 * near.burst  # 16-17 AR steps first, then two refreshes
     unknown = StepGate()
     assert unknown.opening() == 0 and unknown.parallel()  # no curve: opens at once, as before
     gate.reopen()

@@ -113,7 +113,14 @@ def probe_wait(lost_ms: float, ar_ms: float, budget: float, floor: float, ceilin
     Why a budget: a back-off counted in steps loses more where a wide step costs more for little gain. On the
     AMX Xeon in fp32 a Jacobi block costs ~3x an AR step for ~1.1 tokens, and its opening burst and the
     first two probes (after 8 and 16 back-offs) cost 4-6% of a 384-token run (jacobi 0.94-0.96x of AR,
-    sessions 33-36); sized by its loss, the first probe waits ~450 AR steps there."""
+    sessions 33-36); sized by its loss, the first probe waits ~450 AR steps there.
+
+    Why the gate's budget is 0.5% (2% before session 48): on the AMD EPYC in bf16 a Jacobi block of 16
+    costs ~2.3 AR steps for ~1 token. At 2% the opening and three probes of a 1000-token bench took 16 of its
+    ~1020 steps, and the turns with a probe ran 5-10% slower than AR's (a burst's loss, and the next AR
+    steps after another width's graph): jacobi read 0.94-0.98x of AR at 99% AR steps, its 90% interval
+    over the turns below 1 (results/compiled_s48). The ceiling (the longest back-off) binds first there, so a
+    text that starts paying is still found within ``max_backoff`` back-offs."""
     return max(floor, min(ceiling, lost_ms / (budget * ar_ms)))
 
 
@@ -200,7 +207,7 @@ class StepGate:
     max_backoff: int = 64
     refresh: int = 64  # while the method wins, an AR stretch after this many parallel steps in a row
     max_refresh: int = 1024
-    budget: float = 0.02  # a losing burst's share of the AR time until the next probe (probe_wait)
+    budget: float = 0.005  # a losing burst's share of the AR time until the next probe (probe_wait)
     ratio: float = 0.0  # the parallel step's cost in AR steps from the cost curve (0: unknown; opens at once)
     tokens: Ema = field(default_factory=lambda: Ema(decay=0.9))  # tokens committed per parallel step
     parallel_ms: Ema = field(default_factory=Ema)
