@@ -315,6 +315,14 @@ def test_thp_mode_reads_the_bracketed_word(tmp_path):
     assert thp_mode(tmp_path / "missing") is None
 
 
+def test_anon_huge_bytes_reads_the_rollup(tmp_path):
+    from fastforward.core.memory import anon_huge_bytes
+
+    (tmp_path / "rollup").write_text("Rss:  1344100 kB\nAnonymous:  917672 kB\nAnonHugePages:  903168 kB\n")
+    assert anon_huge_bytes(tmp_path / "rollup") == 903168 * 1024
+    assert anon_huge_bytes(tmp_path / "missing") == 0
+
+
 def test_huge_pages_off_by_environment_never_advises(monkeypatch):
     from fastforward.core import memory
 

@@ -183,11 +183,11 @@ def run_bench(
 
 def settle_pages() -> int:
     """Put what the warm-up loaded (the compiled packages' weights, the caches) on huge pages before anything
-    is timed (:func:`fastforward.core.memory.huge_pages`), and say so; the bytes collapsed."""
+    is timed (:func:`fastforward.core.memory.huge_pages`), and say so; the process's bytes on huge pages."""
     start = time.perf_counter()
     huge = huge_pages()
     if huge:
-        log(f"{huge / 1e9:.2f} GB of weights and buffers on 2 MB pages ({time.perf_counter() - start:.1f} s)")
+        log(f"{huge / 1e9:.2f} GB of this process on 2 MB pages ({time.perf_counter() - start:.1f} s)")
     return huge
 
 
