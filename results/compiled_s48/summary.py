@@ -27,7 +27,9 @@ def interval(m: dict) -> str:
 
 
 def main() -> None:
-    print("| run | code | dataset | AR tok/s | llama.cpp BF16 | AR / llama.cpp | best lossless: x AR, tok/s | jacobi (90% interval) | lookahead |")
+    print(
+        "| run | code | dataset | AR tok/s | llama.cpp BF16 | AR / llama.cpp | best lossless: x AR, tok/s | jacobi (90% interval) | lookahead |"
+    )
     print("|---|---|---|---:|---:|---:|---|---|---|")
     for tag, code, what in RUNS:
         for ds in DATASETS:
@@ -44,5 +46,31 @@ def main() -> None:
             )
 
 
+def qwen() -> None:
+    """The int8 1.5B pair's table."""
+    print(
+        "| run | code | dataset | AR tok/s | llama.cpp Q8_0 AR / its speculative | AR / llama.cpp | pld | suffix | sd | on 2 MB pages |"
+    )
+    print("|---|---|---|---:|---:|---:|---|---|---|---:|")
+    for tag in ("epyc", "epyc_huge"):
+        for ds in ("humaneval", "gsm8k"):
+            r = json.loads((HERE / f"qwen15_int8_{ds}_{tag}.json").read_text())
+            m = r["methods"]
+            ar, ll, lsd = (
+                m["ar"]["tokens_per_s"],
+                m["llamacpp"]["tokens_per_s"],
+                m["llamacpp_sd"]["tokens_per_s"],
+            )
+            cells = " | ".join(
+                f"{interval(m[k])}, {m[k]['tokens_per_s']:.1f}" for k in ("pld", "suffix", "sd")
+            )
+            print(
+                f"| `{tag}` | {r['revision'][:7]} | {ds} | {ar:.1f} | {ll:.1f} / {lsd:.1f} | {ar / ll:.2f}x | {cells} "
+                f"| {r['huge_page_bytes'] / 1e9:.2f} GB |"
+            )
+
+
 if __name__ == "__main__":
     main()
+    print()
+    qwen()
