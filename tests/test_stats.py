@@ -61,6 +61,8 @@ def test_speedup_interval_brackets_the_speedup_and_narrows_to_a_point_when_every
         sum(t for t, _ in base) / sum(s for _, s in base)
     )
     assert lo < point < hi and lo < hi
+    lo50, hi50 = speedup_interval(noisy, base, level=0.5)
+    assert lo <= lo50 < hi50 <= hi and (lo50, hi50) != (lo, hi)  # a lower level, a narrower interval
     assert speedup_interval(noisy, base) == (lo, hi)  # seeded: the same records, the same interval
     assert speedup_interval(noisy[:1], base[:1]) is None
     assert speedup_interval(noisy[:3], base) is None

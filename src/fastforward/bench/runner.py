@@ -193,14 +193,14 @@ def settle_pages() -> int:
 
 def turn_order(names: list[str], turn: int) -> list[str]:
     """The order the methods run in on the ``turn``-th turn of a bench: a permutation drawn from the turn's
-    number, so it is the same in every run, and over the turns each method runs in every position and after
-    different methods.
+    number (seeded by a string, so the same in every run and process), so positions and neighbours vary
+    from turn to turn.
 
     Why not a rotation (before session 48): a rotation keeps every method's neighbours. AR always ran right
-    after the llama.cpp row's subprocess, and jacobi always right after AR; in SmolLM2 bf16 runs on the EPYC,
-    jacobi and lookahead, at 99-100% plain AR steps, read 0.94-0.98x of AR with 90% intervals below 1, in
-    turns where they took no wide step at all (results/compiled_s48). What a method inherits from the one
-    before it must not be charged to the same method every turn."""
+    after the llama.cpp row's subprocess, and jacobi always right after AR, so whatever a method inherits
+    from the one before it was charged to the same method every turn. (The SmolLM2 bf16 runs of session 48
+    found no such effect larger than ~2% on this EPYC, results/compiled_s48; the design no longer depends
+    on it.)"""
     return random.Random(f"bench-turn-{turn}").sample(names, len(names))
 
 

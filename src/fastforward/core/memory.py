@@ -174,8 +174,9 @@ def thp_mode(path: Path = THP_ENABLED) -> str | None:
 
 def anonymous_spans(maps: str, least: int = HUGE_PAGE) -> list[tuple[int, int]]:
     """From the text of ``/proc/<pid>/maps``: the ``[start, end)`` parts, aligned to :data:`HUGE_PAGE`, of
-    every private, writable, anonymous mapping (no file; the ``[heap]`` included, the stacks and the
-    kernel's own pages not) whose aligned part is at least ``least`` bytes: where a process's weights, caches
+    every private, writable, anonymous mapping (no file; the ``[heap]`` included, the main ``[stack]`` and the
+    kernel's own pages not; threads' stacks are unnamed, so they are in) whose aligned part is at least
+    ``least`` bytes: where a process's weights, caches
     and buffers live when it loaded them into memory of its own rather than mapping a file."""
     spans = []
     for line in maps.splitlines():
@@ -196,8 +197,11 @@ def anonymous_spans(maps: str, least: int = HUGE_PAGE) -> list[tuple[int, int]]:
 def huge_pages() -> int:
     """Ask the kernel to back this process's large anonymous mappings with 2 MB pages (``madvise``:
     ``MADV_HUGEPAGE``, then ``MADV_COLLAPSE``, which moves what is resident now onto huge pages at once);
-    returns the bytes of this process on huge pages after it (``AnonHugePages``). Contents never change; a
-    piece the kernel cannot collapse (no free huge page, memory pinned, the brk heap) keeps its pages. Nothing
+    returns the bytes of this process on huge pages after it (``AnonHugePages``, also where it did nothing).
+    Contents never change; a
+    piece the kernel cannot collapse (no free huge page, memory pinned; the brk heap, where this kernel answered
+    EINVAL) keeps its pages. Later faults in an advised span take whole 2 MB pages (~30 MB more resident for
+    SmolLM2, thp.txt). Nothing
     is done where ``FASTFORWARD_HUGE_PAGES=0``, where the kernel's THP mode is ``never``, or where there is
     no Linux ``madvise``.
 
@@ -205,7 +209,7 @@ def huge_pages() -> int:
     page it cannot allocate and fails the whole call (the int8 1.5B's 1.9 GB packages: every call failed and
     the count read 0 while pieces had been collapsed), so one failure costs one piece, not the span. A
     later pass finds room the one before made (each collapsed piece frees its 4 KB pages): the int8 1.5B with
-    four buckets had 3.85 GB on huge pages after one pass and 10.37 GB when the passes stopped (6.5 s in
+    four buckets had 3.91 GB on huge pages after one pass and 10.37 GB when the passes stopped (6.5 s in
     all; SmolLM2 bf16's six buckets: 2.56 GB in 3.4 s). The passes stop when one moves less than a piece.
 
     Why: a compiled package's weights are read whole at every step, and they were on 4 KB pages (THP is
@@ -216,15 +220,15 @@ def huge_pages() -> int:
     68.8-79.9 tok/s on 4 KB pages, 79.0-85.3 after this call, in three alternating pairs of processes (~+7%),
     for ~2 s collapsing ~0.9 GB once."""
     if os.environ.get(HUGE_PAGES_ENV, "1") == "0" or thp_mode() in (None, "never"):
-        return 0
+        return anon_huge_bytes()  # what the kernel gave by itself (THP ``always``), said as it is
     madvise = _madvise()
     if madvise is None:
-        return 0
+        return anon_huge_bytes()
     try:
         with open("/proc/self/maps") as f:
             spans = anonymous_spans(f.read())
     except OSError:
-        return 0
+        return anon_huge_bytes()
     spans = [(a, b) for a, b in spans if madvise(a, b - a, MADV_HUGEPAGE) == 0]
     now = anon_huge_bytes()
     for _ in range(COLLAPSE_PASSES):

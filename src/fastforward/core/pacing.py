@@ -116,11 +116,12 @@ def probe_wait(lost_ms: float, ar_ms: float, budget: float, floor: float, ceilin
     sessions 33-36); sized by its loss, the first probe waits ~450 AR steps there.
 
     Why the gate's budget is 0.5% (2% before session 48): on the AMD EPYC in bf16 a Jacobi block of 16
-    costs ~2.3 AR steps for ~1 token. At 2% the opening and three probes of a 1000-token bench took 16 of its
-    ~1020 steps, and the turns with a probe ran 5-10% slower than AR's (a burst's loss, and the next AR
-    steps after another width's graph): jacobi read 0.94-0.98x of AR at 99% AR steps, its 90% interval
-    over the turns below 1 (results/compiled_s48). The ceiling (the longest back-off) binds first there, so a
-    text that starts paying is still found within ``max_backoff`` back-offs."""
+    costs ~2.3 AR steps on the machine's cost curve (2.6-3.1 as timed in a run, results/compiled_s48/gate.txt)
+    for ~1 token. At 2% the opening and the probes of a 1000-token bench took 10-16 of its ~1020 steps, and
+    the turns with a probe ran 5-10% slower than AR's (a burst's loss, and the next AR steps after another
+    width's graph). The cost, on every machine: a step costing 2.3 AR steps now opens after 589 AR steps
+    (the ceiling, the longest back-off) instead of 260, so a text that pays is found later, within
+    ``max_backoff`` back-offs still."""
     return max(floor, min(ceiling, lost_ms / (budget * ar_ms)))
 
 

@@ -279,8 +279,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         engine.start()
-        huge_pages()  # what start-up loaded; packages a first request loads later keep the kernel's pages
         try:
+            # what start-up loaded, off the event loop (seconds for GBs); packages a first request loads
+            # later keep the kernel's pages
+            await asyncio.to_thread(huge_pages)
             with frozen_heap():  # what start-up loaded is no longer re-scanned by ~200 ms full collections
                 yield
         finally:
