@@ -3,11 +3,13 @@
 - Every method sees identical prompt ids. Multi-turn samples (MT-bench) build turn 2 from AR's turn-1
   answer, so the prompt is the same for every method.
 - Warm-up generations (one per method) are excluded; everything after is counted, nothing dropped.
-- The method order rotates from prompt to prompt, so drift in machine speed does not favour one method.
+- The method order is a new permutation each turn (:func:`turn_order`), so drift in machine speed and what a
+  method inherits from the one before it do not favour one method; each speedup gets a 90% interval over
+  the turns (:func:`fastforward.core.metrics.speedup_interval`).
 - ``identical_to_ar`` compares each method's tokens with the greedy AR tokens of the same prompt.
 - Every finished turn goes to ``on_turn`` (the CLI appends it to a sample log,
   :mod:`fastforward.bench.samplelog`); turns in ``saved`` (from an interrupted run) are counted from their
-  records instead of being generated again, and the rotation of the method order is the same as in an
+  records instead of being generated again, and the method order of each turn is the same as in an
   uninterrupted run.
 """
 
