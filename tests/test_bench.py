@@ -202,24 +202,33 @@ def test_which_decoders_read_hidden_states():
     assert not reads_hidden_states(build_decoder("hf_generate", tiny))
 
 
+class _Tok:
+    """The tiny model has no tokenizer: every prompt is the same few ids."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [5, 17, 33, 2]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+def _tiny_with_tokenizer():
+    """The tiny random model with :class:`_Tok`, so run_bench can render and decode its prompts."""
+    from dataclasses import replace
+
+    return replace(make_tiny(), tokenizer=_Tok())
+
+
 def test_timed_generations_run_with_the_heap_frozen_and_the_warm_up_without():
     """A full collection over a loaded model's objects stalls ~200 ms: the bench freezes the heap after the
     warm-up (memory.freeze_heap) so none lands on one method's timed generation, and thaws it after."""
     import gc
-    from dataclasses import replace
 
     from fastforward.data import Sample
 
-    class Tok:  # the tiny model has no tokenizer: every prompt is the same few ids
-        chat_template = None
-
-        def __call__(self, text, add_special_tokens=True):
-            return {"input_ids": [5, 17, 33, 2]}
-
-        def decode(self, ids, skip_special_tokens=True):
-            return " ".join(map(str, ids))
-
-    target = replace(make_tiny(), tokenizer=Tok())
+    target = _tiny_with_tokenizer()
     ar = build_decoder("ar", target)
     seen = []
 
@@ -242,21 +251,11 @@ def test_timed_generations_run_with_the_heap_frozen_and_the_warm_up_without():
 
 
 def test_each_method_but_ar_gets_a_speedup_interval_over_the_turns_and_the_table_shows_it():
-    from dataclasses import replace
 
     from fastforward.bench.report import markdown_table
     from fastforward.data import Sample
 
-    class Tok:  # the tiny model has no tokenizer: every prompt is the same few ids
-        chat_template = None
-
-        def __call__(self, text, add_special_tokens=True):
-            return {"input_ids": [5, 17, 33, 2]}
-
-        def decode(self, ids, skip_special_tokens=True):
-            return " ".join(map(str, ids))
-
-    target = replace(make_tiny(), tokenizer=Tok())
+    target = _tiny_with_tokenizer()
     decoders = {"ar": build_decoder("ar", target), "pld": build_decoder("pld", target)}
     samples = [Sample(id=f"s{i}", dataset="t", turns=("count to ten",)) for i in range(3)]
     out = run_bench(target, decoders, samples, GenerationConfig(max_new_tokens=6), "t", warmup=0)
