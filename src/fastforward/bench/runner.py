@@ -215,8 +215,8 @@ def _timed_turns(
     saved: Mapping[tuple[int, int], dict[str, Any]],
     on_turn: Callable[[dict[str, Any]], None] | None,
 ) -> dict[str, MethodTotals]:
-    """Every decoder on every turn of ``samples``, in a new order each turn (:func:`turn_order`: no method always runs first
-    after another); a turn in ``saved`` is restored instead of run."""
+    """Every decoder on every turn of ``samples``, in a new order each turn (:func:`turn_order`); a turn in
+    ``saved`` is restored instead of run."""
     greedy = config.sampling.greedy
     totals = {n: MethodTotals() for n in names}
     k = 0
