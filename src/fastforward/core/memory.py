@@ -31,6 +31,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -97,14 +98,26 @@ def return_freed_memory() -> None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, looked up once (``find_library`` runs ``ldconfig``); None where there is none."""
+    """glibc's ``malloc_trim``, looked up once; None where there is none."""
+    return _libc_function("malloc_trim", [ctypes.c_size_t])
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once (``find_library`` runs ``ldconfig``); None where there is none."""
     name = ctypes.util.find_library("c")
     try:
-        fn = ctypes.CDLL(name).malloc_trim if name is not None else None
-    except (OSError, AttributeError):
+        return ctypes.CDLL(name, use_errno=True) if name is not None else None
+    except OSError:
         return None
+
+
+def _libc_function(symbol: str, argtypes: list[Any]) -> Callable[..., int] | None:
+    """The C library's ``symbol`` returning an int, with ``argtypes``; None where there is none."""
+    lib = _libc()
+    fn = getattr(lib, symbol, None) if lib is not None else None
     if fn is not None:
-        fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
     return fn
 
 
@@ -176,8 +189,8 @@ def anonymous_spans(maps: str, least: int = HUGE_PAGE) -> list[tuple[int, int]]:
     """From the text of ``/proc/<pid>/maps``: the ``[start, end)`` parts, aligned to :data:`HUGE_PAGE`, of
     every private, writable, anonymous mapping (no file; the ``[heap]`` included, the main ``[stack]`` and the
     kernel's own pages not; threads' stacks are unnamed, so they are in) whose aligned part is at least
-    ``least`` bytes: where a process's weights, caches
-    and buffers live when it loaded them into memory of its own rather than mapping a file."""
+    ``least`` bytes: where a process's weights, caches and buffers live when it loaded them into memory of
+    its own rather than mapping a file."""
     spans = []
     for line in maps.splitlines():
         fields = line.split()
@@ -198,12 +211,10 @@ def huge_pages() -> int:
     """Ask the kernel to back this process's large anonymous mappings with 2 MB pages (``madvise``:
     ``MADV_HUGEPAGE``, then ``MADV_COLLAPSE``, which moves what is resident now onto huge pages at once);
     returns the bytes of this process on huge pages after it (``AnonHugePages``, also where it did nothing).
-    Contents never change; a
-    piece the kernel cannot collapse (no free huge page, memory pinned; the brk heap, where this kernel answered
-    EINVAL) keeps its pages. Later faults in an advised span take whole 2 MB pages (~30 MB more resident for
-    SmolLM2, thp.txt). Nothing
-    is done where ``FASTFORWARD_HUGE_PAGES=0``, where the kernel's THP mode is ``never``, or where there is
-    no Linux ``madvise``.
+    Contents never change; a piece the kernel cannot collapse (no free huge page, memory pinned; the brk
+    heap, where this kernel answered EINVAL) keeps its pages. Later faults in an advised span take whole 2 MB
+    pages (~30 MB more resident for SmolLM2, thp.txt). Nothing is done where ``FASTFORWARD_HUGE_PAGES=0``,
+    where the kernel's THP mode is ``never``, or where there is no Linux ``madvise``.
 
     The spans are advised in pieces of :data:`COLLAPSE_PIECE`: ``MADV_COLLAPSE`` stops at the first huge
     page it cannot allocate and fails the whole call (the int8 1.5B's 1.9 GB packages: every call failed and
@@ -217,7 +228,7 @@ def huge_pages() -> int:
     bf16 weights, each a TLB miss, and in a KVM guest a miss walks two page tables. llama.cpp maps its GGUF
     from the page cache, which this kernel keeps in huge folios (``FileHugePages`` in /proc/meminfo).
     SmolLM2 bf16 compiled AR, 4 HumanEval prompts, on a 2-vCPU AMD EPYC (results/compiled_s48/thp.txt):
-    68.8-79.9 tok/s on 4 KB pages, 79.0-85.3 after this call, in three alternating pairs of processes (~+7%),
+    68.8-79.9 tok/s on 4 KB pages, 79.0-85.3 after this call, in three alternating pairs of processes (+6.5-9.2%),
     for ~2 s collapsing ~0.9 GB once."""
     if os.environ.get(HUGE_PAGES_ENV, "1") == "0" or thp_mode() in (None, "never"):
         return anon_huge_bytes()  # what the kernel gave by itself (THP ``always``), said as it is
@@ -257,14 +268,7 @@ def anon_huge_bytes(rollup: Path = Path("/proc/self/smaps_rollup")) -> int:
 @functools.cache
 def _madvise() -> Callable[[int, int, int], int] | None:
     """libc's ``madvise``, looked up once; None where there is none."""
-    name = ctypes.util.find_library("c")
-    try:
-        fn = ctypes.CDLL(name, use_errno=True).madvise if name is not None else None
-    except (OSError, AttributeError):
-        return None
-    if fn is not None:
-        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
-    return fn
+    return _libc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
 
 
 @contextlib.contextmanager
