@@ -172,7 +172,7 @@ def test_layer_parsing_and_prefix_matching(tmp_path: Path) -> None:
     assert _resolve_relative("fastforward.decoders.ar", False, None, 1) == "fastforward.decoders"
 
 
-# A model's forward over a KV cache is called in one place: core.engine.model_call (the engine's steps and
+# A model's forward over a KV cache is called in one place: core.call.model_call (the engine's steps and
 # prefills, the compiled graphs, the draft models, the packed layout, CLLM's collector and the cost probe call
 # it). A call that passes a cache anywhere else would dodge what that function guarantees.
 
@@ -184,9 +184,9 @@ def test_the_model_forward_is_called_from_one_function() -> None:
         for path in pkg.rglob("*.py")
         if "past_key_values=" in path.read_text(encoding="utf-8")
     }
-    assert callers == {"core/engine.py": 2}, callers  # model_call's two branches (with and without the head)
-    engine = (pkg / "core" / "engine.py").read_text(encoding="utf-8")
-    body = engine[engine.index("def model_call(") : engine.index("\ndef ", engine.index("def model_call("))]
+    assert callers == {"core/call.py": 2}, callers  # model_call's two branches (with and without the head)
+    call = (pkg / "core" / "call.py").read_text(encoding="utf-8")
+    body = call[call.index("def model_call(") : call.index("\ndef ", call.index("def model_call("))]
     assert body.count("past_key_values=") == 2
 
 

@@ -161,7 +161,7 @@ def test_the_head_reads_only_the_kept_positions_and_as_a_tensor_of_their_own(mod
     """``keep=1`` gives the last position's logits, equal to a full forward's, and the LM head receives that
     row as a tensor of its own (strides of its own shape): a view into the whole prompt's hidden states
     sends torch's CPU ``linear`` down a path that copies the head's weight on every call."""
-    from fastforward.core.engine import kept_positions, model_call
+    from fastforward.core.call import kept_positions, model_call
 
     assert kept_positions(torch.zeros(1, 5, dtype=torch.long), 0) == 0
     assert kept_positions(torch.zeros(1, 5, dtype=torch.long), 5) == 5
@@ -201,3 +201,65 @@ def test_the_compiled_fixed_cache_prefills_in_chunks_too(chunk):
         step, ref_step = engine.forward([Block.chain([9, 4])]), ref.forward([Block.chain([9, 4])])
         torch.testing.assert_close(step.logits[0], ref_step.logits[0], rtol=1e-4, atol=1e-4)
         engine.reset()
+
+
+def _reference_inputs(lengths, blocks, cache_len, k, slots, pad_id=0):
+    """block_inputs over a fixed span, spelled out slot by slot (the definition the fast paths must meet)."""
+    from fastforward.core.masks import tree_depths, tree_visibility
+
+    b = len(blocks)
+    ids = torch.full((b, k), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, k), dtype=torch.long)
+    allowed = torch.zeros((b, k, slots), dtype=torch.bool)
+    for r, (n, blk) in enumerate(zip(lengths, blocks, strict=True)):
+        m = len(blk.tokens)
+        ids[r, :m] = torch.tensor(blk.tokens)
+        pos[r, :m] = torch.tensor(tree_depths(blk.parents)) + n
+        pos[r, m:] = n
+        vis = tree_visibility(blk.parents)
+        for i in range(k):
+            allowed[r, i, :n] = True  # its own prefix, never another row's or stale slots
+            allowed[r, i, cache_len + i] = True  # itself (a pad node: only itself and the prefix)
+            for j in range(m):
+                if i < m and vis[i, j]:
+                    allowed[r, i, cache_len + j] = True
+    return ids, pos, allowed
+
+
+@pytest.mark.parametrize("case", ["ar", "full chain", "short chain", "tree", "two rows"])
+def test_fixed_span_inputs_match_their_definition(model, case):
+    """The inputs of a compiled step (a fixed span of cache slots): the plain-chain fast path (a slice of a
+    causal mask made once) and the batched build give the slot-by-slot definition, on full-attention and
+    sliding-window models alike."""
+    from fastforward.core.engine import block_inputs
+
+    blocks, lengths, width = {
+        "ar": ([Block.chain([7])], [9], 1),
+        "full chain": ([Block.chain([7, 8, 9, 10])], [9], 4),
+        "short chain": ([Block.chain([7, 8, 9])], [9], 8),
+        "tree": ([Block([7, 8, 9, 10, 11], [-1, 0, 0, 1, 2])], [9], 8),
+        "two rows": ([Block([7, 8, 9], [-1, 0, 0]), Block.chain([5, 6])], [6, 9], 4),
+    }[case]
+    slots = 32
+    ids, pos, mask = block_inputs(model, lengths, blocks, 9, 0, torch.float32, "cpu", width=width, span=slots)
+    want_ids, want_pos, allowed = _reference_inputs(lengths, blocks, 9, width, slots)
+    assert torch.equal(ids, want_ids) and torch.equal(pos, want_pos)
+    masks = mask.values() if isinstance(mask, dict) else [mask]
+    full = [m for m in masks if torch.equal(m[:, 0] == 0, allowed)]  # a sliding layer's mask may hide more
+    assert len(full) == 1 and all(m.shape == (len(blocks), 1, width, slots) for m in masks)
+    assert all(m.is_contiguous() for m in masks)
+
+
+def test_forward_argmax_is_the_first_maximum_of_the_fed_positions():
+    """Greedy tokens are ``max``'s indices (faster than ``argmax`` on bfloat16): ties go to the first index,
+    as argmax breaks them, and a compiled bucket's padded positions are not read."""
+    from fastforward.core.engine import Forward
+
+    logits = torch.zeros(2, 4, 6, dtype=torch.bfloat16)
+    logits[0, 0, [2, 4]] = 1.0  # a tie: the first index wins
+    logits[0, 1, 5] = 1.0
+    logits[1, 0, [1, 3]] = 2.0
+    logits[:, 2:] = float("nan")  # padding past the longest block: never read
+    fwd = Forward(logits, [2, 1], None, 8, 0.0)
+    assert fwd.argmax == [[2, 5], [1]]
+    assert fwd.argmax[0] == logits[0, :2].argmax(-1).tolist()

@@ -38,7 +38,7 @@ from fastforward.core.cache import (
     select_rows,
     trim_left,
 )
-from fastforward.core.engine import model_call
+from fastforward.core.call import model_call
 from fastforward.core.masks import padded_block_mask, padded_prefill_mask
 from fastforward.decoders.jacobi import converged_length, initial_guess, next_iterate
 from fastforward.errors import FastForwardError

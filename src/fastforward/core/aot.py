@@ -9,7 +9,7 @@ forward ahead of time into a shared library with the laid-out weights inside; a 
 few seconds and runs it at the same speed (measured: the 1-token package built in ~65-100 s, loaded
 by a new process in 0.5-1.5 s, 16.3 ms against 40.8 eager per forward).
 
-How: :class:`Step` is the engine's forward (:func:`fastforward.core.engine.model_call`) over a
+How: :class:`Step` is the engine's forward (:func:`fastforward.core.call.model_call`) over a
 :class:`fastforward.core.cache.FixedCache` whose key/value buffers are *inputs*, written in place by the
 package, so one package serves every request whose row fits that cache size. It is exported with
 ``torch.export`` (non-strict: transformers' Python runs as written) and compiled with
@@ -75,8 +75,8 @@ SAMPLE = 4096  # values hashed per weight tensor, at fixed pseudo-random positio
 TRACED = (
     "fastforward.core.aot",
     "fastforward.core.cache",
+    "fastforward.core.call",
     "fastforward.core.compiled",
-    "fastforward.core.engine",
 )
 
 

@@ -41,7 +41,7 @@ from fastforward.core.cache import FixedCache
 from fastforward.log import log
 
 BUCKETS = (1, 2, 4, 8, 16, 32)
-# the engine's one model call (:func:`fastforward.core.engine.model_call`), passed in so this module
+# the engine's one model call (:func:`fastforward.core.call.model_call`), passed in so this module
 # never calls the model itself: (model, ids, positions, mask, cache, hidden=..., keep=...) -> model output
 ModelCall = Callable[..., Any]
 MODES = ("off", "on", "auto")

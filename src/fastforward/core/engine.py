@@ -55,10 +55,12 @@ from fastforward.core.cache import (
     new_cache,
     rollback,
     select_rows,
+    sliding_window,
     slot_rows,
 )
+from fastforward.core.call import model_call
 from fastforward.core.compiled import BUCKETS, DEFAULT_CAPACITY, CompiledForward, bucket, compiled
-from fastforward.core.masks import Mask, model_mask, tree_depths, tree_visibility
+from fastforward.core.masks import Mask, additive, model_mask, tree_depths, tree_visibility
 
 
 @dataclass(frozen=True)
@@ -126,23 +128,67 @@ def block_inputs(
         ids = torch.tensor([blk.tokens for blk in blocks], dtype=torch.long)
         pos = torch.arange(cache_len, cache_len + k)[None].expand(b, k)
         return ids.to(device), pos.to(device), None
-    ids = torch.full((b, k), pad_id, dtype=torch.long)
-    pos = torch.zeros((b, k), dtype=torch.long)
     slots = max(span, cache_len + k)
-    allowed = torch.zeros((b, k, slots), dtype=torch.bool)
-    eye = torch.eye(k, dtype=torch.bool)
-    for r, (n, blk) in enumerate(zip(lengths, blocks, strict=True)):
-        m = len(blk.tokens)
-        ids[r, :m] = torch.tensor(blk.tokens, dtype=torch.long)
-        depths, vis = block_geometry(blk)
-        pos[r, :m] = torch.tensor(depths, dtype=torch.long) + n
-        pos[r, m:] = n
-        allowed[r, :, :n] = True
-        allowed[r, :, cache_len : cache_len + k] = eye
-        allowed[r, :m, cache_len : cache_len + m] = vis
-    rest = torch.arange(cache_len + k, slots)[None].expand(b, slots - cache_len - k)  # hidden, any position
-    kv_pos = torch.cat([torch.arange(cache_len)[None].expand(b, cache_len), pos, rest], dim=1)
+    if (
+        chains
+        and b == 1
+        and len(blocks[0].tokens) == k
+        and lengths[0] == cache_len
+        and sliding_window(model) is None
+    ):
+        # a plain chain over a fixed cache (every AR step, a full-width draft): its mask is a slice of one
+        # made in advance; after a compiled forward has streamed the weights through the CPU's caches, each
+        # small tensor op of building it costs ~10 us, so ~15 of them were ~2.5% of a 1-token step
+        ids = torch.tensor([blocks[0].tokens], dtype=torch.long)
+        pos = torch.arange(cache_len, cache_len + k)[None]
+        mask = _causal(k, slots, dtype)[..., slots - cache_len : 2 * slots - cache_len].contiguous()
+        return ids.to(device), pos.to(device), mask.to(device)
+    geometry = [block_geometry(blk) for blk in blocks]
+    ids = torch.tensor([[*blk.tokens, *[pad_id] * (k - len(blk.tokens))] for blk in blocks], dtype=torch.long)
+    pos = torch.tensor(
+        [
+            [n + d for d in depths] + [n] * (k - len(depths))
+            for n, (depths, _) in zip(lengths, geometry, strict=True)
+        ],
+        dtype=torch.long,
+    )
+    # Built for the whole batch at once, not slot range by slot range per row: a step's inputs are ~10 small
+    # tensor ops instead of ~25, which is what they cost next to a ~10 ms compiled forward (0.3 ms before)
+    new = _eye(k).expand(b, k, k).clone()  # every node sees itself (a pad node only itself) ...
+    for r, (_, vis) in enumerate(geometry):
+        new[r, : vis.shape[0], : vis.shape[0]] = vis  # ... and a block's nodes their ancestors
+    allowed = (
+        (_arange(slots)[None, None] < torch.tensor(list(lengths))[:, None, None]).expand(b, k, slots).clone()
+    )
+    allowed[:, :, cache_len : cache_len + k] = (
+        new  # row b's prefix (slots < lengths[b] <= cache_len), then its block
+    )
+    if sliding_window(model) is None:  # no window: the key positions are not needed
+        return ids.to(device), pos.to(device), _on(additive(allowed, dtype), device)
+    rest = _arange(slots)[cache_len + k :][None].expand(b, slots - cache_len - k)  # hidden, any position
+    kv_pos = torch.cat([_arange(slots)[:cache_len][None].expand(b, cache_len), pos, rest], dim=1)
     return ids.to(device), pos.to(device), _on(model_mask(model, allowed, pos, kv_pos, dtype), device)
+
+
+@functools.lru_cache(maxsize=16)
+def _arange(n: int) -> torch.Tensor:
+    """``arange(n)``, made once per size (read only)."""
+    return torch.arange(n)
+
+
+@functools.lru_cache(maxsize=32)
+def _causal(k: int, slots: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask of ``k`` chained queries over ``2 * slots`` keys, query i seeing keys up to
+    ``slots + i`` (read only): its keys ``slots - C .. 2 * slots - C`` are the mask of a chain fed after C
+    cached tokens into a fixed cache of ``slots`` slots."""
+    keys = torch.arange(2 * slots)[None] <= slots + torch.arange(k)[:, None]
+    return additive(keys[None], dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _eye(k: int) -> torch.Tensor:
+    """``eye(k)`` as bool, made once per size (read only)."""
+    return torch.eye(k, dtype=torch.bool)
 
 
 def compact(cache: Cache, start: int, lengths: Sequence[int], keeps: Sequence[Sequence[int]]) -> list[int]:
@@ -182,47 +228,6 @@ def select(cache: Cache, rows: Sequence[int], lengths: Sequence[int]) -> None:
     """Keep only batch rows ``rows`` (in that order; ``lengths`` are theirs) and crop to the longest."""
     select_rows(cache, rows)
     rollback(cache, max(lengths, default=0))
-
-
-def model_call(
-    model: torch.nn.Module,
-    ids: torch.Tensor,
-    pos: torch.Tensor | None,
-    mask: Mask | None,
-    cache: Cache,
-    hidden: bool = False,
-    keep: int = 0,
-    head: bool = True,
-) -> Any:
-    """The one call of a model's forward over a KV cache in the package (eager, or traced into a compiled
-    graph; the engine's steps, prefills, the draft models, the packed layout, CLLM's trajectory collection and
-    the cost probe all come here): ``ids`` [B, k] at ``pos`` (None: after the cache) with ``mask`` (None:
-    the model's causal mask) over ``cache``; ``keep``: logits of only the last that many positions (0: all);
-    ``hidden``: the hidden states too; ``head=False``: the decoder stack only (``get_decoder()``, its
-    ``last_hidden_state``), for a draft that scores a reduced vocabulary with a head of its own."""
-    if not head:
-        model = model.get_decoder()
-        return model(
-            input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True
-        )
-    return model(
-        input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True,
-        logits_to_keep=kept_positions(ids, keep), output_hidden_states=hidden,
-    )  # fmt: skip
-
-
-def kept_positions(ids: torch.Tensor, keep: int) -> int | torch.Tensor:
-    """``logits_to_keep`` for the last ``keep`` of the positions ``ids`` feeds: their indices, so the model
-    gathers those hidden states into a tensor of its own (0, all of them, stays 0).
-
-    Why not the count: with it, transformers slices ``hidden[:, -keep:, :]``, a view whose batch stride is the
-    whole prompt's, and for such a 3D input torch's CPU ``linear`` does not fold the batch into one matmul: it
-    copies the LM head's weight for a batched one. For SmolLM2 (a 49152 x 576 head) that copy was ~45 of the
-    ~210 ms of a 150-token bfloat16 prefill on a 2-core EPYC; the head on a gathered row costs ~4 ms."""
-    t = ids.shape[1]
-    if keep <= 0 or keep >= t:
-        return keep
-    return torch.arange(t - keep, t, device=ids.device)
 
 
 def compile_forward(
@@ -318,7 +323,10 @@ class Forward:
     @property
     def argmax(self) -> list[list[int]]:
         if self._argmax is None:
-            flat = self._all.argmax(-1).tolist()
+            # ``max``'s indices: the first maximum, as ``argmax`` gives (documented for both), but torch's CPU
+            # argmax over bfloat16 logits is ~4x slower (one SmolLM2 row: 177 against 44 us; eight rows: 717
+            # against 177, EPYC); and only the fed positions, not a compiled bucket's padding
+            flat = self._all[:, : max(self.sizes)].max(-1).indices.tolist()
             self._argmax = [a[:n] for a, n in zip(flat, self.sizes, strict=True)]
         return self._argmax
 

@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from fastforward.core.cache import cache_length, full_layers
+from fastforward.core.call import model_call
 from fastforward.core.engine import (
     Block,
     Forward,
@@ -23,7 +24,6 @@ from fastforward.core.engine import (
     block_inputs,
     chain_parents,
     compact,
-    model_call,
     select,
 )
 from fastforward.core.masks import model_mask
