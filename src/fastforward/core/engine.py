@@ -216,10 +216,14 @@ def compact(cache: Cache, start: int, lengths: Sequence[int], keeps: Sequence[Se
         r_t = torch.tensor(rows, dtype=torch.long, device=dev)
         d_t = torch.tensor(dst, dtype=torch.long, device=dev)
         s_t = torch.tensor(src, dtype=torch.long, device=dev)
+        solo = len(lengths) == 1  # batch 1: a plain slot move, ~2/3 of a row-indexed one's time
         for layer in layers:
             for attr in ("keys", "values"):
                 t = getattr(layer, attr)
-                t[r_t, :, d_t] = t[r_t, :, s_t]
+                if solo:
+                    t.index_copy_(2, d_t, t.index_select(2, s_t))
+                else:
+                    t[r_t, :, d_t] = t[r_t, :, s_t]
     rollback(cache, max(new_lengths, default=0))
     return new_lengths
 
