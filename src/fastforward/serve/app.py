@@ -280,9 +280,8 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         engine.start()
         try:
-            # the packages already on disk, then what start-up loaded onto 2 MB pages, off the event loop
-            # (seconds for GBs); a package first built by a request later keeps the kernel's pages
-            await asyncio.to_thread(engine.warm)
+            # what start-up loaded, off the event loop (seconds for GBs); packages a first request loads
+            # later keep the kernel's pages
             await asyncio.to_thread(huge_pages)
             with frozen_heap():  # what start-up loaded is no longer re-scanned by ~200 ms full collections
                 yield

@@ -45,7 +45,6 @@ from fastforward.core.decoder import (
     GenerationResult,
     model_context_length,
 )
-from fastforward.core.engine import warm_stored
 from fastforward.decoders.registry import METHODS, available, build_decoder, option_names
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
@@ -203,13 +202,6 @@ class Engine:
         self.metrics.ensure_method(self.method)
         self._thread = threading.Thread(target=self._work, name="fastforward-worker", daemon=True)
         self._thread.start()
-
-    def warm(self) -> float:
-        """Load the compiled packages already on disk for the target and the draft, building none, so that
-        start-up holds them before its :func:`fastforward.core.memory.huge_pages`; a bucket without one
-        still compiles on its first use. Returns the seconds spent."""
-        models = [self.target.model] + ([self.draft.model] if self.draft is not None else [])
-        return sum(warm_stored(m) for m in models)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop accepting jobs, cancel the queued and the running ones, and wait for the worker to exit."""
