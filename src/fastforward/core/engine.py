@@ -129,13 +129,8 @@ def block_inputs(
         pos = torch.arange(cache_len, cache_len + k)[None].expand(b, k)
         return ids.to(device), pos.to(device), None
     slots = max(span, cache_len + k)
-    if (
-        chains
-        and b == 1
-        and len(blocks[0].tokens) == k
-        and lengths[0] == cache_len
-        and sliding_window(model) is None
-    ):
+    window = sliding_window(model)
+    if chains and b == 1 and len(blocks[0].tokens) == k and lengths[0] == cache_len and window is None:
         # a plain chain over a fixed cache (every AR step, a full-width draft): its mask is a slice of one
         # made in advance; after a compiled forward has streamed the weights through the CPU's caches, each
         # small tensor op of building it costs ~10 us, so ~15 of them were ~2.5% of a 1-token step
@@ -157,13 +152,11 @@ def block_inputs(
     new = _eye(k).expand(b, k, k).clone()  # every node sees itself (a pad node only itself) ...
     for r, (_, vis) in enumerate(geometry):
         new[r, : vis.shape[0], : vis.shape[0]] = vis  # ... and a block's nodes their ancestors
-    allowed = (
-        (_arange(slots)[None, None] < torch.tensor(list(lengths))[:, None, None]).expand(b, k, slots).clone()
-    )
-    allowed[:, :, cache_len : cache_len + k] = (
-        new  # row b's prefix (slots < lengths[b] <= cache_len), then its block
-    )
-    if sliding_window(model) is None:  # no window: the key positions are not needed
+    # row b sees its prefix (slots < lengths[b] <= cache_len), then its block
+    prefix = _arange(slots)[None, None] < torch.tensor(list(lengths))[:, None, None]
+    allowed = prefix.expand(b, k, slots).clone()
+    allowed[:, :, cache_len : cache_len + k] = new
+    if window is None:  # no window: the key positions are not needed
         return ids.to(device), pos.to(device), _on(additive(allowed, dtype), device)
     rest = _arange(slots)[cache_len + k :][None].expand(b, slots - cache_len - k)  # hidden, any position
     kv_pos = torch.cat([_arange(slots)[:cache_len][None].expand(b, cache_len), pos, rest], dim=1)
@@ -213,14 +206,14 @@ def compact(cache: Cache, start: int, lengths: Sequence[int], keeps: Sequence[Se
     if rows:
         layers = full_layers(cache)
         dev = layers[0].keys.device
-        r_t = torch.tensor(rows, dtype=torch.long, device=dev)
         d_t = torch.tensor(dst, dtype=torch.long, device=dev)
         s_t = torch.tensor(src, dtype=torch.long, device=dev)
-        solo = len(lengths) == 1  # batch 1: a plain slot move, ~2/3 of a row-indexed one's time
+        # batch 1: a plain slot move, ~2/3 of a row-indexed one's time
+        r_t = None if len(lengths) == 1 else torch.tensor(rows, dtype=torch.long, device=dev)
         for layer in layers:
             for attr in ("keys", "values"):
                 t = getattr(layer, attr)
-                if solo:
+                if r_t is None:
                     t.index_copy_(2, d_t, t.index_select(2, s_t))
                 else:
                     t[r_t, :, d_t] = t[r_t, :, s_t]
