@@ -961,3 +961,22 @@ def test_inductor_s_cache_has_a_folder_per_isa(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     inductor_cache(str(tmp_path / "ours"))
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")  # the user's choice stands
+
+
+def test_a_server_start_loads_the_stored_packages_and_builds_none(tmp_path) -> None:
+    """What a server's start-up does before moving its memory onto huge pages (``warm_stored``): it loads
+    every width whose package is on disk and builds none. With only the 1-token package stored, the 1-token
+    width loads and the others stay unbuilt; a model without compiled forwards is left alone."""
+    from fastforward.core.engine import stored_widths, warm_stored
+
+    first = make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(first.model, capacity=256, mode=None, store=tmp_path)
+    build_decoder("ar", first).generate(PROMPT, greedy_config(4))  # builds the 1-token package only
+    again = make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(again.model, capacity=256, mode=None, store=tmp_path)
+    assert stored_widths(again.model) == (1,) and not runner.startup
+    warm_stored(again.model)
+    assert list(runner.startup) == ["k1-s256"] and runner.startup["k1-s256"].keys() == {"loaded_s"}
+    assert [p.name for p in tmp_path.glob("*/*.pt2")] == ["k1-s256.pt2"]
+    eager = make_tiny("llama", vocab=96, seed=SEED)
+    assert stored_widths(eager.model) == () and warm_stored(eager.model) == 0.0

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import torch
 
 from fastforward.core.decoder import GenerationConfig, SamplingConfig
 from fastforward.core.detok import REPLACEMENT, TextStream
@@ -927,3 +928,45 @@ def test_token_budget_limits_rows_and_refuses_a_job_over_it() -> None:
         Engine(tiny, method="ar", methods=["ar"], max_batch_size=0)
     with pytest.raises(FastForwardError, match="token-budget"):
         Engine(tiny, method="ar", methods=["ar"], token_budget=-1)
+
+
+def test_the_worker_builds_the_default_decoder_and_loads_stored_packages_before_start_returns(
+    tmp_path, monkeypatch
+) -> None:
+    """``start(warm=True)`` returns once the worker thread has built the default decoder and loaded the
+    compiled packages already on disk: every torch computation of a server runs in that one thread (a second
+    OpenMP pool throttles both; Engine.start's docstring). A default decoder that cannot be built fails in
+    start(), in the caller, and leaves no worker behind."""
+    from fastforward.core.engine import compile_forward
+    from fastforward.serve import engine as serve_engine
+
+    tiny = make_tiny()
+    compile_forward(tiny.model, capacity=256, mode=None, store=tmp_path)
+    build_decoder("ar", tiny).generate(
+        torch.tensor([[5, 6, 7]]), GenerationConfig(3)
+    )  # stores the k1 package
+    again = make_tiny()
+    runner = compile_forward(again.model, capacity=256, mode=None, store=tmp_path)
+    seen: list[str] = []
+    real = serve_engine.warm_stored
+
+    def recorded(model: Any) -> float:
+        seen.append(threading.current_thread().name)
+        return real(model)
+
+    monkeypatch.setattr(serve_engine, "warm_stored", recorded)
+    engine = Engine(again, method="ar", methods=["ar"])
+    engine.start(warm=True)
+    try:
+        assert seen == ["fastforward-worker"] and list(runner.startup) == ["k1-s256"]
+    finally:
+        engine.shutdown()
+    broken = Engine(make_tiny(), method="ar", methods=["ar"])
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise FastForwardError("ar: cannot be built here")
+
+    monkeypatch.setattr(serve_engine, "build_decoder", refuse)
+    with pytest.raises(FastForwardError, match="cannot be built here"):
+        broken.start()
+    assert broken._thread is None  # noqa: SLF001 - no worker left running

@@ -578,6 +578,31 @@ class ModelEngine:
             self.cache = None
 
 
+def stored_widths(model: torch.nn.Module, hidden: bool = False) -> tuple[int, ...]:
+    """The widths whose package for the smallest fixed cache is already on disk for ``model`` (its compiled
+    forward's store, under its packages' fingerprint); () without a compiled forward or store."""
+    from fastforward.core import aot
+    from fastforward.core.compiled import tiers
+
+    runner = compiled(model)
+    if runner is None or runner.store is None:
+        return ()
+    folder = runner.store / runner._packages_fingerprint()  # noqa: SLF001 - the key the runner files them under
+    size = tiers(runner.capacity)[0]
+    return tuple(w for w in runner.widths if (folder / aot.package_name(w, hidden, size)).is_file())
+
+
+def warm_stored(model: torch.nn.Module) -> float:
+    """Load now every package of ``model`` that is already on disk (:func:`stored_widths`), building none.
+
+    Why: a server loads a package on a bucket's first use, after its start-up, and what loads then keeps the
+    kernel's 4 KB pages (:func:`fastforward.core.memory.huge_pages` runs once, at start-up); loaded first, the
+    weights of every stored bucket are on 2 MB pages from the first request (+6.5-9.2% per bf16 AR step on the
+    EPYC, session 48). Loading six stored SmolLM2 packages takes ~2 s. Returns the seconds spent."""
+    widths = stored_widths(model)
+    return warm_buckets(model, widths) if widths else 0.0
+
+
 def warm_buckets(
     model: torch.nn.Module,
     widths: Sequence[int] = BUCKETS,

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ from fastforward.core.decoder import (
     GenerationResult,
     model_context_length,
 )
+from fastforward.core.engine import warm_stored
 from fastforward.decoders.registry import METHODS, available, build_decoder, option_names
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
@@ -188,20 +190,45 @@ class Engine:
         self._running: list[Job] = []
         self._service_s = 1.0  # moving average of a job's time in the worker, for Retry-After
         self.completed = 0  # jobs the worker is through with (any outcome); tests wait on it
+        self.warm_s = 0.0  # seconds start(warm=True) spent loading the stored compiled packages
         self.last_job: Job | None = None
         self.batch: BatchDecoder | None = None  # the batch decoder that ran last (its stats: tests, logs)
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
-        """Build the default decoder (a bad default configuration fails here, not on the first request)
-        and start the worker; a second call does nothing."""
+    def start(self, warm: bool = False) -> None:
+        """Start the worker and return once it has built the default decoder (a bad default configuration
+        fails here, not on the first request) and, with ``warm``, loaded the target's and the draft's
+        compiled packages already on disk (:meth:`warm`); a second call does nothing.
+
+        Why the worker does both: every torch computation of the server runs in that one thread. GNU OpenMP
+        (torch's, and the compiled kernels') keeps a thread pool per thread that has run a parallel region;
+        once the pools' threads outnumber the CPUs, every pool's threads stop spinning at barriers and sleep
+        on each of a step's few hundred parallel regions. Packages loaded and run once in another thread
+        (session 49's start-up, reverted) made a 2-CPU server's compiled AR step 3x slower (27.7 ms vs
+        9.1; results/compiled_s50/threads.txt)."""
         if self._thread is not None:
             return
-        self._decoder(self.method, self.resolve(None, {})[1])
-        self.metrics.ensure_method(self.method)
-        self._thread = threading.Thread(target=self._work, name="fastforward-worker", daemon=True)
+        ready: Future[None] = Future()
+        self._thread = threading.Thread(
+            target=self._work, args=(ready, warm), name="fastforward-worker", daemon=True
+        )
         self._thread.start()
+        try:
+            ready.result()
+        except BaseException:
+            self._thread.join()
+            self._thread = None
+            raise
+        self.metrics.ensure_method(self.method)
+
+    def warm(self) -> float:
+        """Load the compiled packages already on disk for the target and the draft, building none, so that a
+        server's start-up holds them before :func:`fastforward.core.memory.huge_pages` moves its memory onto
+        2 MB pages; a bucket without one still compiles on its first use. Returns the seconds spent. Call it
+        from the worker (:meth:`start`)."""
+        models = [self.target.model] + ([self.draft.model] if self.draft is not None else [])
+        return sum(warm_stored(m) for m in models)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop accepting jobs, cancel the queued and the running ones, and wait for the worker to exit."""
@@ -307,7 +334,15 @@ class Engine:
 
     # ------------------------------------------------------------------ the worker
 
-    def _work(self) -> None:
+    def _work(self, ready: Future[None], warm: bool) -> None:
+        try:
+            self._decoder(self.method, self.resolve(None, {})[1])
+            if warm:
+                self.warm_s = self.warm()
+        except BaseException as e:  # start() raises it in its caller
+            ready.set_exception(e)
+            return
+        ready.set_result(None)
         while (job := self._take()) is not None:
             batch = self._batch_for(job)
             if batch is not None:
