@@ -11,15 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 from fastforward.cli.common import add_generation_args, add_model_args, load_models
 from fastforward.decoders.registry import METHODS, parse_options
 from fastforward.errors import FastForwardError
-
-T = TypeVar("T")
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -76,37 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a thread of its own that ends with it (its exception raised here).
-
-    Why: loading may run torch's parallel loops (weight conversion, quantization), and GNU OpenMP keeps a
-    thread pool for every thread that ran one, for as long as that thread lives. With the main thread's pool
-    and the worker's, a 2-CPU machine has more OpenMP threads than CPUs, and libgomp then lets every pool's
-    threads spin only briefly at each barrier before sleeping: a compiled SmolLM2 step ran 3x slower in the
-    worker (results/compiled_s50/threads.txt). The pool of a thread that has ended is gone."""
-    out: list[T] = []
-    err: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            out.append(fn(*args))
-        except BaseException as e:  # raised in the caller
-            err.append(e)
-
-    t = threading.Thread(target=body, name="fastforward-load")
-    t.start()
-    t.join()
-    if err:
-        raise err[0]
-    return out[0]
-
-
 def run(args: argparse.Namespace) -> int:
     from fastforward.core.decoder import SamplingConfig
 
     try:
         from fastforward.serve.app import Defaults, bind, create_app, serve_forever
-        from fastforward.serve.engine import Engine
+        from fastforward.serve.engine import Engine, in_own_thread
     except ModuleNotFoundError as e:
         raise FastForwardError(
             f"serving needs {e.name}: pip install fastapi uvicorn prometheus-client"

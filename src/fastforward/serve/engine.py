@@ -36,7 +36,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fastforward.core.batching import BatchDecoder, Request, batched
 from fastforward.core.decoder import (
@@ -65,6 +65,34 @@ class QueueFull(Exception):  # noqa: N818
 
 class ShuttingDown(Exception):  # noqa: N818
     """The server stopped accepting work."""
+
+
+T = TypeVar("T")
+
+
+def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread of its own that ends with it (its exception raised here).
+
+    Why: loading may run torch's parallel loops (weight conversion, quantization), and GNU OpenMP keeps a
+    thread pool for every thread that ran one, for as long as that thread lives. With the main thread's pool
+    and the worker's, a 2-CPU machine has more OpenMP threads than CPUs, and libgomp then lets every pool's
+    threads spin only briefly at each barrier before sleeping: a compiled SmolLM2 step ran 3x slower in the
+    worker (results/compiled_s50/threads.txt). The pool of a thread that has ended is gone."""
+    out: list[T] = []
+    err: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            out.append(fn(*args))
+        except BaseException as e:  # raised in the caller
+            err.append(e)
+
+    t = threading.Thread(target=body, name="fastforward-load")
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+    return out[0]
 
 
 @dataclass
