@@ -570,38 +570,6 @@ def test_grouped_attention_equals_sdpa(heads, mask_kind) -> None:
     assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    ("heads", "positions", "dtype", "mask_kind"),
-    [
-        ((6, 2), 1, torch.float32, "bool"),  # 3 rows per key/value head: summed
-        ((6, 2), 2, torch.float32, "additive"),  # 6 rows, float32: matmuls
-        ((4, 4), 2, torch.bfloat16, "additive"),  # 2 rows: summed
-        ((3, 1), 2, torch.bfloat16, "per_head"),  # 6 rows, bfloat16: summed
-    ],
-)
-def test_compiled_grouped_attention_equals_sdpa(heads, positions, dtype, mask_kind) -> None:
-    """Traced, the decoding-width attention sums products instead of multiplying matrices where a key/value
-    head has few query rows (summed_rows): the same result as SDPA's over the same (bfloat16-rounded) inputs,
-    for either mask kind and for the widths on both sides of the switch."""
-    from fastforward.core.compiled import grouped_attention, summed_rows
-
-    hq, hkv = heads
-    g = torch.Generator().manual_seed(1)
-    q = torch.randn(1, hq, positions, 16, generator=g).to(dtype)
-    k, v = (torch.randn(1, hkv, 40, 16, generator=g).to(dtype) for _ in range(2))
-    allowed = torch.rand(1, hq if mask_kind == "per_head" else 1, positions, 40, generator=g) > 0.4
-    allowed[..., 0] = True
-    mask = allowed if mask_kind != "additive" else torch.zeros(allowed.shape).masked_fill(~allowed, -1e30)
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True, scale=0.3
-    )
-    torch._dynamo.reset()
-    out = torch.compile(grouped_attention, fullgraph=True)(q, k, v, mask, 0.3)
-    assert (hq // hkv * positions <= summed_rows(dtype)) == ((heads, positions) != ((6, 2), 2))
-    tol = 1e-5 if dtype == torch.float32 else 1e-2
-    assert out.dtype == dtype and torch.allclose(out.float(), ref, atol=tol)
-
-
 @pytest.mark.parametrize("kv_heads", [2, 6])
 @pytest.mark.parametrize("width", [12, 40])
 def test_a_mask_narrower_than_the_cache_reads_only_the_slots_it_covers(width, kv_heads) -> None:

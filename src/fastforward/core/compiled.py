@@ -197,44 +197,17 @@ def grouped_attention(
     compiled bfloat16 AR ran 1.34x faster in one process (results/compiled_s31/ab_attention_bf16.txt). In
     float32 the two are even (0.98x, within the host's noise: ab_attention_fp32.txt), and one path serves
     every dtype. float32 scores keep a bfloat16 model's softmax as exact as the SDPA kernel's float32
-    accumulation did.
-
-    Traced with few query rows per key/value head (:func:`summed_rows`), the two matmuls are written as
-    products summed over one axis instead (the same sums, added in another order)."""
+    accumulation did."""
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv
     scale = d**-0.5 if scaling is None else scaling
-    summed = torch.compiler.is_compiling() and g * q <= summed_rows(key.dtype)
-    rows = query.reshape(b, hkv, g * q, d).float()
-    if summed:
-        scores = (rows.unsqueeze(-2) * key.unsqueeze(2).float()).sum(-1)
-    else:
-        scores = rows @ key.float().transpose(-1, -2)
-    scores = scores.view(b, hkv, g, q, s)
+    scores = (query.reshape(b, hkv, g * q, d).float() @ key.float().transpose(-1, -2)).view(b, hkv, g, q, s)
     m = mask.view(mask.shape[0], hkv, g, q, s) if mask.shape[1] == hq > 1 else mask.unsqueeze(1)
     scores = scores * scale
     scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m.float()
     probs = torch.softmax(scores, dim=-1).view(b, hkv, g * q, s)
-    out = (probs.unsqueeze(-1) * value.unsqueeze(2).float()).sum(-2) if summed else probs @ value.float()
-    return out.view(b, hq, q, d).to(query.dtype)
-
-
-def summed_rows(dtype: torch.dtype) -> int:
-    """Up to how many query rows per key/value head (query heads per key/value head x fed positions) a
-    compiled forward computes attention as products summed over the head dim and over the cache slots
-    rather than as two batched matmuls (:func:`grouped_attention`): 8 for a bfloat16/float16 cache, 4 for a
-    float32 one.
-
-    Why: as a matmul, inductor copies the whole fixed cache's keys in every layer and step (converted to
-    float32 for a bfloat16 cache, then transposed, then laid out for its GEMM template, three passes over
-    the cache), which for SmolLM2's 1-token bfloat16 step over 512 slots was ~160 us a layer, ~30% of the
-    step (results/compiled_s50/attention.txt, kernel profile). Summed, the keys and values are read once
-    and converted in registers. SmolLM2-135M (3 rows per key/value head per position) on a 2-core AVX-512
-    EPYC, compiled forwards after 200 cached tokens, both builds in one process: bfloat16 1 / 2 / 4 / 8
-    positions 0.81x / 0.89x / 1.22x / 1.68x the matmuls' time; float32 1 / 2 positions 0.90x / 1.13x. A
-    bfloat16 cache gains more because the matmuls also convert it. Measured on SmolLM2 only."""
-    return 4 if dtype == torch.float32 else 8
+    return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
 
 
 def gemm_backends(
