@@ -21,7 +21,7 @@ def load(folder: Path, name: str) -> dict | None:
 
 
 RUNS = [(S49, f"_epyc_bf16_8p{r}", f"s49 {r[1:] or 'r1'} (matmuls)") for r in ("", "_r2", "_r3")]
-RUNS += [(HERE, "_epyc_bf16_8p", "s50 r1 (summed, reverted)")]
+RUNS += [(HERE, "_epyc_bf16_8p", "s50 r1 (summed, reverted)"), (HERE, "_epyc_bf16_8p_final", "s50 final (matmuls)")]
 print("| run | dataset | AR tok/s | ms per AR token | llama.cpp BF16 | AR / llama.cpp | best lossless: x AR, tok/s | jacobi | lookahead |")
 print("|---|---|---:|---:|---:|---:|---|---|---|")
 for ds in DATASETS:
@@ -38,13 +38,15 @@ for ds in DATASETS:
             f"{ms[best]['tokens_per_s']:.1f} | {cell(ms['jacobi'])} | {cell(ms['lookahead'])} |"
         )
 print()
-print("Every method, session 50 first run (speedup over compiled AR, 90% interval; share of its steps that ran as plain AR; tok/s):")
-print()
-print("| dataset | " + " | ".join(METHODS) + " |")
-print("|---|" + "---:|" * len(METHODS))
-for ds in DATASETS:
-    ms = load(HERE, f"bench_{ds}_epyc_bf16_8p.json")
-    if ms is None:
-        continue
-    row = [f"{cell(ms[k])}, {ms[k]['ar_step_share'] * 100:.0f}% AR, {ms[k]['tokens_per_s']:.1f}" for k in METHODS]
-    print(f"| {ds} | " + " | ".join(row) + " |")
+for tag, title in (("", "session 50 first run, summed attention (reverted)"), ("_final", "session 50 final code")):
+    print()
+    print(f"Every method, {title} (speedup over compiled AR, 90% interval; share of its steps that ran as plain AR; tok/s):")
+    print()
+    print("| dataset | " + " | ".join(METHODS) + " |")
+    print("|---|" + "---:|" * len(METHODS))
+    for ds in DATASETS:
+        ms = load(HERE, f"bench_{ds}_epyc_bf16_8p{tag}.json")
+        if ms is None:
+            continue
+        row = [f"{cell(ms[k])}, {ms[k]['ar_step_share'] * 100:.0f}% AR, {ms[k]['tokens_per_s']:.1f}" for k in METHODS]
+        print(f"| {ds} | " + " | ".join(row) + " |")
