@@ -34,7 +34,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -78,21 +78,9 @@ def in_own_thread(fn: Callable[..., T], *args: Any) -> T:
     and the worker's, a 2-CPU machine has more OpenMP threads than CPUs, and libgomp then lets every pool's
     threads spin only briefly at each barrier before sleeping: a compiled SmolLM2 step ran 3x slower in the
     worker (results/compiled_s50/threads.txt). The pool of a thread that has ended is gone."""
-    out: list[T] = []
-    err: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            out.append(fn(*args))
-        except BaseException as e:  # raised in the caller
-            err.append(e)
-
-    t = threading.Thread(target=body, name="fastforward-load")
-    t.start()
-    t.join()
-    if err:
-        raise err[0]
-    return out[0]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastforward-load") as one:
+        job = one.submit(fn, *args)
+    return job.result()  # leaving the block joined the thread; raises fn's exception
 
 
 @dataclass
@@ -218,7 +206,6 @@ class Engine:
         self._running: list[Job] = []
         self._service_s = 1.0  # moving average of a job's time in the worker, for Retry-After
         self.completed = 0  # jobs the worker is through with (any outcome); tests wait on it
-        self.warm_s = 0.0  # seconds start(warm=True) spent loading the stored compiled packages
         self.last_job: Job | None = None
         self.batch: BatchDecoder | None = None  # the batch decoder that ran last (its stats: tests, logs)
 
@@ -366,7 +353,7 @@ class Engine:
         try:
             self._decoder(self.method, self.resolve(None, {})[1])
             if warm:
-                self.warm_s = self.warm()
+                self.warm()
         except BaseException as e:  # start() raises it in its caller
             ready.set_exception(e)
             return
