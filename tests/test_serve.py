@@ -942,9 +942,7 @@ def test_the_worker_builds_the_default_decoder_and_loads_stored_packages_before_
 
     tiny = make_tiny()
     compile_forward(tiny.model, capacity=256, mode=None, store=tmp_path)
-    build_decoder("ar", tiny).generate(
-        torch.tensor([[5, 6, 7]]), GenerationConfig(3)
-    )  # stores the k1 package
+    build_decoder("ar", tiny).generate(torch.tensor([[5, 6, 7]]), GenerationConfig(3))  # stores k1's package
     again = make_tiny()
     runner = compile_forward(again.model, capacity=256, mode=None, store=tmp_path)
     seen: list[str] = []

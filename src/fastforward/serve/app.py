@@ -280,8 +280,9 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         engine.start()
         try:
-            # what start-up loaded, off the event loop (seconds for GBs); packages a first request loads
-            # later keep the kernel's pages
+            # what start-up loaded (the models; with `fastforward serve`, the compiled packages already on disk,
+            # which Engine.start(warm=True) loaded in the worker), off the event loop (seconds for GBs); a
+            # package first built by a request later keeps the kernel's pages
             await asyncio.to_thread(huge_pages)
             with frozen_heap():  # what start-up loaded is no longer re-scanned by ~200 ms full collections
                 yield
