@@ -16,9 +16,12 @@ from fastforward.decoders.suffix import (
     SuffixOptions,
     SuffixTrie,
     best_prefix,
+    fill_width,
     grow_tree,
+    planned,
 )
 from fastforward.errors import FastForwardError
+from fastforward.models.costs import interpolate
 
 from .conftest import greedy_ar, make_tiny
 
@@ -66,6 +69,26 @@ def test_best_prefix_takes_wide_trees_only_where_they_pay() -> None:
     assert best_prefix(scores, FREE)[0] == 4  # free width: every node adds expected tokens
     assert best_prefix(scores, lambda k: float(k))[0] == 0  # cost linear in width: AR wins
     assert best_prefix([], FREE) == (0, 1.0)
+
+
+def test_planned_nodes_are_the_budget_s_prefix_above_the_score_floor() -> None:
+    scores = [0.9, 0.5, 0.2, 0.04, 0.01]
+    assert planned(scores, budget=10, min_score=0.05) == 3
+    assert planned(scores, budget=2, min_score=0.05) == 2
+    assert planned([], budget=4, min_score=0.0) == 0
+
+
+def test_fill_width_fills_a_padded_bucket_and_nothing_else() -> None:
+    stairs = interpolate(
+        [{"k": k, "ms": ms, "engine": "compiled-x"} for k, ms in ((1, 10), (2, 12), (4, 13), (8, 20))]
+    )
+    assert fill_width(2, available=9, verify_ms=stairs) == 3  # 3 tokens run the 4-token graph: one more guess
+    assert fill_width(4, available=9, verify_ms=stairs) == 7  # 5 tokens run the 8-token graph: up to 8
+    assert fill_width(4, available=5, verify_ms=stairs) == 5  # no more nodes than the trie gave
+    assert fill_width(3, available=9, verify_ms=stairs) == 3  # already a full bucket
+    assert fill_width(0, available=9, verify_ms=stairs) == 0  # an AR step stays one
+    linear = interpolate([{"k": k, "ms": 10 + k} for k in (1, 2, 4, 8)])  # eager: every token costs
+    assert fill_width(2, available=9, verify_ms=linear) == 2
 
 
 def test_the_global_trie_keeps_the_last_outputs_per_scope_within_its_bound() -> None:
