@@ -980,3 +980,34 @@ def test_a_server_start_loads_the_stored_packages_and_builds_none(tmp_path) -> N
     assert [p.name for p in tmp_path.glob("*/*.pt2")] == ["k1-s256.pt2"]
     eager = make_tiny("llama", vocab=96, seed=SEED)
     assert stored_widths(eager.model) == () and warm_stored(eager.model) == 0.0
+
+
+def test_a_chat_loads_the_stored_packages_of_every_model_its_method_runs_before_the_first_turn(
+    tmp_path, monkeypatch
+) -> None:
+    """``fastforward chat`` settles as a server starts: the stored packages of the target and of qsd's own
+    quantized copy load (none is built) and memory then moves onto 2 MB pages; without compiled forwards it
+    does neither."""
+    import fastforward.cli.chat as chat_cli
+    from fastforward.decoders.registry import models_run
+
+    moved: list[int] = []
+    monkeypatch.setattr(chat_cli, "huge_pages", lambda: moved.append(1) or 0)
+    first = make_tiny("llama", vocab=96, seed=SEED)
+    compile_forward(first.model, capacity=256, mode=None, store=tmp_path)
+    for model in models_run(build_decoder("qsd", first), first):  # the target's and the copy's 1-token
+        warm_buckets(model, (1,))  # packages, built and stored
+    stored = sorted(p.parent.name for p in tmp_path.glob("*/k1-s256.pt2"))
+    again = make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(again.model, capacity=256, mode=None, store=tmp_path)
+    qsd = build_decoder("qsd", again)
+    models = models_run(qsd, again)
+    assert len(models) == 2 and models[0] is again.model  # the target, then qsd's copy, each once
+    assert len(stored) == 2 and all(compiled(m) is not None and not compiled(m).startup for m in models)
+    chat_cli.settle(models)
+    assert moved == [1] and "k1-s256" in runner.startup
+    for model in models:  # each model's stored package loaded, none built
+        assert [t.keys() for t in compiled(model).startup.values()] == [{"loaded_s"}]
+    eager = make_tiny("llama", vocab=96, seed=SEED)
+    chat_cli.settle(models_run(build_decoder("ar", eager), eager))
+    assert moved == [1]  # nothing compiled: no move

@@ -592,15 +592,16 @@ def stored_widths(model: torch.nn.Module, hidden: bool = False) -> tuple[int, ..
     return tuple(w for w in runner.widths if (folder / aot.package_name(w, hidden, size)).is_file())
 
 
-def warm_stored(model: torch.nn.Module) -> float:
-    """Load now every package of ``model`` that is already on disk (:func:`stored_widths`), building none.
+def warm_stored(model: torch.nn.Module, widths: Sequence[int] | None = None) -> float:
+    """Load now every package of ``model`` that is already on disk (:func:`stored_widths`; of ``widths``
+    only, when given: an AR chat steps through the 1-token graph alone), building none.
 
     Why: a server loads a package on a bucket's first use, after its start-up, and what loads then keeps the
     kernel's 4 KB pages (:func:`fastforward.core.memory.huge_pages` runs once, at start-up); loaded first, the
     weights of every stored bucket are on 2 MB pages from the first request (+6.5-9.2% per bf16 AR step on the
     EPYC, session 48). Loading six stored SmolLM2 packages takes ~2 s. Returns the seconds spent."""
-    widths = stored_widths(model)
-    return warm_buckets(model, widths) if widths else 0.0
+    found = [w for w in stored_widths(model) if widths is None or w in widths]
+    return warm_buckets(model, found) if found else 0.0
 
 
 def warm_buckets(

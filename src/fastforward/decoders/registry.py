@@ -392,6 +392,17 @@ def build_decoder(
     return _module(spec).build(spec.name, target, draft, options)
 
 
+def models_run(decoder: Decoder, target: LoadedModel, draft: LoadedModel | None = None) -> list[Any]:
+    """Every model a decoder's steps run: the target, the draft model given (``--draft``), and the draft models
+    its drafter built itself (qsd's quantized copy, layerskip's layer view), each once. What a long session
+    (a server, a chat) loads the stored compiled packages of before its first request."""
+    from fastforward.decoders.speculative import draft_models
+
+    found = [target.model] + ([draft.model] if draft is not None else [])
+    found += draft_models(getattr(decoder, "drafter", None))
+    return list({id(m): m for m in found}.values())
+
+
 def build_decoders(
     text: str, target: LoadedModel, draft: LoadedModel | None, options: dict[str, Any]
 ) -> dict[str, Decoder]:

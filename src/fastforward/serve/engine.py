@@ -47,7 +47,7 @@ from fastforward.core.decoder import (
     model_context_length,
 )
 from fastforward.core.engine import warm_stored
-from fastforward.decoders.registry import METHODS, available, build_decoder, option_names
+from fastforward.decoders.registry import METHODS, available, build_decoder, models_run, option_names
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel
 from fastforward.serve.metrics import ServeMetrics
@@ -213,8 +213,8 @@ class Engine:
 
     def start(self, warm: bool = False) -> None:
         """Start the worker and return once it has built the default decoder (a bad default configuration
-        fails here, not on the first request) and, with ``warm``, loaded the target's and the draft's
-        compiled packages already on disk (:meth:`warm`); a second call does nothing.
+        fails here, not on the first request) and, with ``warm``, loaded the compiled packages already on disk
+        of every model it runs (:meth:`warm`); a second call does nothing.
 
         Why the worker does both: every torch computation of the server runs in that one thread. GNU OpenMP
         (torch's, and the compiled kernels') keeps a thread pool per thread that has run a parallel region;
@@ -238,12 +238,13 @@ class Engine:
         self.metrics.ensure_method(self.method)
 
     def warm(self) -> float:
-        """Load the compiled packages already on disk for the target and the draft, building none, so that a
-        server's start-up holds them before :func:`fastforward.core.memory.huge_pages` moves its memory onto
-        2 MB pages; a bucket without one still compiles on its first use. Returns the seconds spent. Call it
-        from the worker (:meth:`start`)."""
-        models = [self.target.model] + ([self.draft.model] if self.draft is not None else [])
-        return sum(warm_stored(m) for m in models)
+        """Load the compiled packages already on disk for every model the decoders built so far run (the
+        target, the draft, a drafter's own: qsd's quantized copy, layerskip's layers; :func:`models_run`),
+        building none, so that a server's start-up holds them before :func:`fastforward.core.memory.huge_pages`
+        moves its memory onto 2 MB pages; a bucket without one still compiles on its first use. Returns the
+        seconds spent. Call it from the worker (:meth:`start`)."""
+        models = {id(m): m for d in self._decoders.values() for m in models_run(d, self.target, self.draft)}
+        return sum(warm_stored(m) for m in models.values())
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop accepting jobs, cancel the queued and the running ones, and wait for the worker to exit."""
