@@ -33,6 +33,7 @@ from fastforward.decoders.speculative.drafters import (
 from fastforward.decoders.speculative.engine import SpecConfig, SpeculativeDecoder
 from fastforward.decoders.suffix import SuffixDecoder, SuffixOptions
 from fastforward.errors import FastForwardError
+from fastforward.models.costs import interpolate
 
 from .conftest import HALVES, greedy_ar, greedy_config, make_tiny
 from .test_chimera_decode import OracleDraft
@@ -430,3 +431,9 @@ def test_batched_suffix_and_recycle_draft_per_row_and_share_what_they_learn():
         alone = [dec.generate(p, cfg) for p in PROMPTS[:3]]
         assert [a.tokens for a in alone] == ref and all(a.stats.extras[key] == 0 for a in alone)
         assert all(a.stats.target_forwards == len(a.tokens) for a in alone)  # one token per forward
+    # a compiled forward's staircase curve: a row alone fills its padded bucket (tests/test_suffix.py); a
+    # batch's forward runs eagerly, where every fed token costs, so its rows never fill
+    stairs = interpolate([{"k": k, "ms": 10.0 + k, "engine": "compiled-x"} for k in (1, 2, 4, 8)])
+    got, reqs, _ = _run(SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=stairs), PROMPTS[:3], cfg, 3)
+    assert got == ref and all(r.result.stats.extras["suffix_filled"] == 0 for r in reqs)
+    assert any(r.result.stats.extras["suffix_drafted"] for r in reqs)

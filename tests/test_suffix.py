@@ -91,6 +91,22 @@ def test_fill_width_fills_a_padded_bucket_and_nothing_else() -> None:
     assert fill_width(2, available=9, verify_ms=linear) == 2
 
 
+STAIRS = interpolate(  # a compiled forward's curve: a width costs what its bucket does
+    [{"k": k, "ms": ms, "engine": "compiled-x"} for k, ms in ((1, 10.0), (2, 10.5), (4, 11.0), (8, 16.0))]
+)
+
+
+def test_a_row_alone_fills_its_padded_bucket_with_guesses_and_still_commits_ar_s_tokens() -> None:
+    tiny = make_tiny()
+    dec = SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=STAIRS)
+    runs = [dec.generate(p, GenerationConfig(24)) for p in PROMPTS]
+    assert [r.tokens for r in runs] == [greedy_ar(tiny.model, p, 24) for p in PROMPTS]
+    filled = sum(r.stats.extras["suffix_filled"] for r in runs)
+    assert 0 < filled < sum(r.stats.extras["suffix_drafted"] for r in runs)
+    unfilled = SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=lambda k: 10.0 + k)  # eager
+    assert all(unfilled.generate(p, GenerationConfig(24)).stats.extras["suffix_filled"] == 0 for p in PROMPTS)
+
+
 def test_the_global_trie_keeps_the_last_outputs_per_scope_within_its_bound() -> None:
     tries = GlobalTries(depth=4, outputs=2, scopes=2)
     tries.add("a", [1, 2, 3])

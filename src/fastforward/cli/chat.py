@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
 
 def settle(models: list, width: int = 0) -> None:
     """Before the first turn, as a server's start-up does: with compiled forwards, load the stored packages
-    of the models the method runs (building none; a bucket without one compiles on first use): only the
-    1-token ones where ``width`` is 1 (an AR-like method, :func:`~fastforward.cli.common.forward_width`),
-    every one otherwise; then move the process's memory onto 2 MB pages
+    of the models the method runs (``models``, the target first; building none; a bucket without one
+    compiles on first use): the drafts' 1-token ones, and the target's 1-token one where ``width`` is 1 (an
+    AR-like method, :func:`~fastforward.cli.common.forward_width`), all of its otherwise; then move the process's memory onto 2 MB pages
     (:func:`fastforward.core.memory.huge_pages`), said in one line.
 
     Why: a package that first loads inside a reply delays it by its load, and what loads after the move
@@ -65,7 +65,8 @@ def settle(models: list, width: int = 0) -> None:
     if all(compiled(m) is None for m in models):
         return
     start = time.perf_counter()
-    loaded = sum(warm_stored(m, (1,) if width == 1 else None) for m in models)
+    # a draft steps through its 1-token graph alone (ModelEngine.feed)
+    loaded = sum(warm_stored(m, (1,) if width == 1 or i else None) for i, m in enumerate(models))
     huge = huge_pages()
     log(
         f"chat: stored compiled packages loaded ({loaded:.1f} s), {huge / 1e9:.2f} GB on 2 MB pages "

@@ -398,6 +398,7 @@ def models_run(decoder: Decoder, target: LoadedModel, draft: LoadedModel | None 
     (a server, a chat) loads the stored compiled packages of before its first request."""
     from fastforward.decoders.speculative import draft_models
 
+    decoder = getattr(decoder, "chosen", decoder)  # ``auto``: the method it chose
     found = [target.model] + ([draft.model] if draft is not None else [])
     found += draft_models(getattr(decoder, "drafter", None))
     return list({id(m): m for m in found}.values())

@@ -155,7 +155,11 @@ def grow_tree(node: _Node, budget: int, min_score: float) -> tuple[list[int], li
     def push(parent_node: _Node, parent_index: int, parent_score: float) -> None:
         nonlocal tie
         total = sum(c.count for c in parent_node.children.values())
-        for t, c in parent_node.children.items():
+        children = parent_node.children.items()
+        left = budget - len(tokens)  # no more of a node's children than nodes still to take can be taken
+        if len(parent_node.children) > left:  # (a short match in a large global trie has thousands)
+            children = heapq.nlargest(left, children, key=lambda tc: tc[1].count)  # stable: ties keep order
+        for t, c in children:
             s = parent_score * c.count / total
             if s >= min_score:
                 heapq.heappush(heap, (-s, tie, parent_index, t, c))
@@ -268,11 +272,11 @@ class SuffixDecoder(ProposerDecoder):
         self.reset()
 
     def _draft(
-        self, context: list[int], tries: list[SuffixTrie]
+        self, context: list[int], tries: list[SuffixTrie], fill: bool = False
     ) -> tuple[list[int], list[int], list[float], int, int, int]:
         """The better of the tries' trees for this step (best-first), how many of its nodes the speculation
-        budget covers (the rest only fill a padded forward, :func:`fill_width`), its match length and which
-        trie."""
+        budget covers (with ``fill``, more follow, to fill a padded forward: :func:`fill_width`), its match
+        length and which trie."""
         o = self.options
         best: tuple[list[int], list[int], list[float], int, int, int] = ([], [], [], 0, 0, 0)
         for i, trie in enumerate(tries):
@@ -280,8 +284,8 @@ class SuffixDecoder(ProposerDecoder):
             if node is None:
                 continue
             budget = min(o.max_nodes, math.floor(o.spec_factor * n))
-            room = fill_width(budget, o.max_nodes, self.verify_curve) if budget else 0
-            tokens, parents, scores = grow_tree(node, room, 0.0)
+            room = fill_width(budget, o.max_nodes, self.verify_curve) if budget and fill else budget
+            tokens, parents, scores = grow_tree(node, room, 0.0 if room > budget else o.min_score)
             k = planned(scores, budget, o.min_score)
             if sum(scores[:k]) > sum(best[2][: best[3]]):
                 best = (tokens, parents, scores, k, n, i)
@@ -290,7 +294,7 @@ class SuffixDecoder(ProposerDecoder):
     def proposer(self, solo: bool) -> SuffixProposer:
         if self.verify_curve is None:
             self.verify_curve = interpolate(measure_curve(self.model))
-        return SuffixProposer(self)
+        return SuffixProposer(self, solo)
 
 
 class SuffixProposer(Proposer):
@@ -304,8 +308,11 @@ class SuffixProposer(Proposer):
     name = "suffix"
     prunable = True
 
-    def __init__(self, decoder: SuffixDecoder) -> None:
-        self.decoder = decoder
+    def __init__(self, decoder: SuffixDecoder, solo: bool = False) -> None:
+        """``solo``: the row decodes alone (batch 1), the one case whose forwards run compiled and so are
+        padded to their width bucket; only then are trees filled to it (a batch runs eagerly, where every
+        fed token costs)."""
+        self.decoder, self.solo = decoder, solo
 
     def admit(self, row: Row, prefill: Any) -> None:
         d = self.decoder
@@ -334,12 +341,11 @@ class SuffixProposer(Proposer):
             st = row.state
             # the last max_match committed tokens, without copying the whole sequence every step
             context = (row.request.prompt[-m:] + row.run.tokens[-m:])[-m:]
-            toks, pars, scores, k, n_match, source = d._draft(context, st["tries"])
+            toks, pars, scores, k, n_match, source = d._draft(context, st["tries"], self.solo)
             n, _ = best_prefix(scores[:k], d.verify_curve)
-            filled = fill_width(n, len(toks), d.verify_curve)
-            n = min(filled, max(row.room - 1, 0))  # a best-first prefix is still a tree
-            st["filled"] += max(0, n - k)  # nodes past the budget, in slots a padded forward has anyway
-            st["pending"] = (n_match, source)  # counted in observe(), once the step's draft is known
+            n = fill_width(n, len(toks), d.verify_curve) if self.solo else n
+            n = min(n, max(row.room - 1, 0))  # a best-first prefix is still a tree
+            st["pending"] = (n_match, source, k)  # counted in observe(), once the step's draft is known
             drafts.append(Draft(toks[:n], pars[:n]))
         return drafts
 
@@ -348,12 +354,13 @@ class SuffixProposer(Proposer):
     ) -> None:
         for row, d, path in zip(rows, drafts, paths, strict=True):
             st = row.state
-            n_match, source = st.pop("pending", (0, 0))
+            n_match, source, k = st.pop("pending", (0, 0, 0))
             if row.jumped:  # a jump-forward step drafted the grammar's tokens, not the trie's
                 pass
             elif d.tokens:
                 st["tree"] += 1
                 st["drafted"] += len(d.tokens)
+                st["filled"] += max(0, len(d.tokens) - k)  # past the budget, in a padded forward's slots
                 st["match"] += n_match
                 st["from_global"] += source
                 hist = st["hist"]
