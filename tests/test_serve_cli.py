@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 import fastforward.cli.chat as chat_cli
+from fastforward.bench.costs import VERIFY_K
 from fastforward.cli import main
 from fastforward.core.decoder import GenerationConfig
 from fastforward.core.detok import TextStream
@@ -60,9 +61,14 @@ def test_chat_keeps_history_resets_and_reports_speed(
         seen.append([dict(m) for m in messages])
         return real(tok, messages)
 
+    settled: list[tuple[int, int]] = []
     monkeypatch.setattr(chat_cli, "render_prompt", spy)
+    monkeypatch.setattr(chat_cli, "settle", lambda models, width: settled.append((len(models), width)))
     monkeypatch.setattr(sys, "stdin", io.StringIO("Hi\nAnd then?\n/reset\nHello\n/quit\nnever read\n"))
     assert main(["chat", *FP32, "--method", "pld", "--max-new-tokens", "4", "--system", "Be brief."]) == 0
+    assert settled == [
+        (1, VERIFY_K)
+    ]  # once, before the first turn: pld runs the target alone, verifying blocks
     err = capsys.readouterr().err
     system = {"role": "system", "content": "Be brief."}
     assert [m["content"] for m in seen[0]] == ["Be brief.", "Hi"]
