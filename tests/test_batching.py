@@ -434,6 +434,7 @@ def test_batched_suffix_and_recycle_draft_per_row_and_share_what_they_learn():
     # a compiled forward's staircase curve: a row alone fills its padded bucket (tests/test_suffix.py); a
     # batch's forward runs eagerly, where every fed token costs, so its rows never fill
     stairs = interpolate([{"k": k, "ms": 10.0 + k, "engine": "compiled-x"} for k in (1, 2, 4, 8)])
-    got, reqs, _ = _run(SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=stairs), PROMPTS[:3], cfg, 3)
+    filling = SuffixDecoder(tiny.model, SuffixOptions(spec_factor=2.0), verify_curve=stairs)
+    got, reqs, _ = _run(filling, PROMPTS[:3], cfg, 3)
     assert got == ref and all(r.result.stats.extras["suffix_filled"] == 0 for r in reqs)
     assert any(r.result.stats.extras["suffix_drafted"] for r in reqs)

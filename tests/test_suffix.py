@@ -98,12 +98,12 @@ STAIRS = interpolate(  # a compiled forward's curve: a width costs what its buck
 
 def test_a_row_alone_fills_its_padded_bucket_with_guesses_and_still_commits_ar_s_tokens() -> None:
     tiny = make_tiny()
-    dec = SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=STAIRS)
+    dec = SuffixDecoder(tiny.model, SuffixOptions(spec_factor=2.0), verify_curve=STAIRS)
     runs = [dec.generate(p, GenerationConfig(24)) for p in PROMPTS]
     assert [r.tokens for r in runs] == [greedy_ar(tiny.model, p, 24) for p in PROMPTS]
     filled = sum(r.stats.extras["suffix_filled"] for r in runs)
     assert 0 < filled < sum(r.stats.extras["suffix_drafted"] for r in runs)
-    unfilled = SuffixDecoder(tiny.model, SuffixOptions(), verify_curve=lambda k: 10.0 + k)  # eager
+    unfilled = SuffixDecoder(tiny.model, SuffixOptions(spec_factor=2.0), verify_curve=lambda k: 10.0 + k)
     assert all(unfilled.generate(p, GenerationConfig(24)).stats.extras["suffix_filled"] == 0 for p in PROMPTS)
 
 

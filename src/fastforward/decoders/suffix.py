@@ -44,7 +44,12 @@ from fastforward.models.costs import KS, cached_curve, interpolate, measure_curv
 class SuffixOptions:
     depth: int = opt(24, min=2, max=256, help="longest substring a suffix trie holds (match + continuation)")
     max_match: int = opt(12, min=1, help="longest suffix of the committed text matched in a trie")
-    spec_factor: float = opt(2.0, min=0.0, help="most drafted nodes per step: spec_factor x match length")
+    # 1.0, not 2.0 (before session 51): a larger budget let the cost sizing pick 8- and 16-token trees whose
+    # scores promised more than they committed. SmolLM2 compiled on a 2-core EPYC, 8 prompts, one bench each
+    # (results/compiled_s51/suffix_sf_*.json): bf16 GSM8K 1.40 / 1.50x of AR at 1.0 against 1.32 / 1.38x at
+    # 2.0 and 1.24 / 1.34x at 4.0, MT-bench 1.37 / 1.43x against 1.29 / 1.36x, HumanEval 1.27x at both;
+    # fp32 GSM8K 1.55x against 1.54x. The padding of the bucket a tree runs in is filled all the same.
+    spec_factor: float = opt(1.0, min=0.0, help="most drafted nodes per step: spec_factor x match length")
     min_score: float = opt(
         0.05, min=0.0, max=1.0, help="leave out nodes whose estimated chance is below this"
     )
