@@ -30,7 +30,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -253,6 +253,26 @@ class GlobalTries:
         self._tries.clear()
 
 
+class DraftTree(NamedTuple):
+    """One trie's best-first draft for a step: ``planned`` of its nodes are within the speculation budget
+    and the score floor; any after them only fill a padded forward."""
+
+    tokens: list[int]
+    parents: list[int]
+    scores: list[float]
+    planned: int
+    match: int  # length of the suffix matched in the trie
+    source: int  # which trie: 0 the request's own, 1 the scope's global one
+
+    @property
+    def expected(self) -> float:
+        """Expected accepted tokens of the planned nodes (what picks between the two tries)."""
+        return sum(self.scores[: self.planned])
+
+
+NO_TREE = DraftTree([], [], [], 0, 0, 0)  # no trie matched: an AR step
+
+
 class SuffixDecoder(ProposerDecoder):
     name = "suffix"
 
@@ -276,14 +296,12 @@ class SuffixDecoder(ProposerDecoder):
         measured run, so it is forgotten like the other methods' timing estimates."""
         self.reset()
 
-    def _draft(
-        self, context: list[int], tries: list[SuffixTrie], fill: bool = False
-    ) -> tuple[list[int], list[int], list[float], int, int, int]:
-        """The better of the tries' trees for this step (best-first), how many of its nodes the speculation
-        budget covers (with ``fill``, more follow, to fill a padded forward: :func:`fill_width`), its match
-        length and which trie."""
+    def _draft(self, context: list[int], tries: list[SuffixTrie], fill: bool = False) -> DraftTree:
+        """The better of the tries' trees for this step (the one whose planned nodes expect more tokens);
+        with ``fill``, more best-first nodes follow the planned ones, to fill a padded forward
+        (:func:`fill_width`)."""
         o = self.options
-        best: tuple[list[int], list[int], list[float], int, int, int] = ([], [], [], 0, 0, 0)
+        best = NO_TREE
         for i, trie in enumerate(tries):
             node, n = trie.match(context, o.max_match)
             if node is None:
@@ -291,9 +309,9 @@ class SuffixDecoder(ProposerDecoder):
             budget = min(o.max_nodes, math.floor(o.spec_factor * n))
             room = fill_width(budget, o.max_nodes, self.verify_curve) if budget and fill else budget
             tokens, parents, scores = grow_tree(node, room, 0.0 if room > budget else o.min_score)
-            k = planned(scores, budget, o.min_score)
-            if sum(scores[:k]) > sum(best[2][: best[3]]):
-                best = (tokens, parents, scores, k, n, i)
+            tree = DraftTree(tokens, parents, scores, planned(scores, budget, o.min_score), n, i)
+            if tree.expected > best.expected:
+                best = tree
         return best
 
     def proposer(self, solo: bool) -> SuffixProposer:
@@ -346,12 +364,12 @@ class SuffixProposer(Proposer):
             st = row.state
             # the last max_match committed tokens, without copying the whole sequence every step
             context = (row.request.prompt[-m:] + row.run.tokens[-m:])[-m:]
-            toks, pars, scores, k, n_match, source = d._draft(context, st["tries"], self.solo)
-            n, _ = best_prefix(scores[:k], d.verify_curve)
-            n = fill_width(n, len(toks), d.verify_curve) if self.solo else n
+            tree = d._draft(context, st["tries"], self.solo)
+            n, _ = best_prefix(tree.scores[: tree.planned], d.verify_curve)
+            n = fill_width(n, len(tree.tokens), d.verify_curve) if self.solo else n
             n = min(n, max(row.room - 1, 0))  # a best-first prefix is still a tree
-            st["pending"] = (n_match, source, k)  # counted in observe(), once the step's draft is known
-            drafts.append(Draft(toks[:n], pars[:n]))
+            st["pending"] = tree  # counted in observe(), once the step's draft is known
+            drafts.append(Draft(tree.tokens[:n], tree.parents[:n]))
         return drafts
 
     def observe(
@@ -359,15 +377,15 @@ class SuffixProposer(Proposer):
     ) -> None:
         for row, d, path in zip(rows, drafts, paths, strict=True):
             st = row.state
-            n_match, source, k = st.pop("pending", (0, 0, 0))
+            tree = st.pop("pending", NO_TREE)
             if row.jumped:  # a jump-forward step drafted the grammar's tokens, not the trie's
                 pass
             elif d.tokens:
                 st["tree"] += 1
                 st["drafted"] += len(d.tokens)
-                st["filled"] += max(0, len(d.tokens) - k)  # past the budget, in a padded forward's slots
-                st["match"] += n_match
-                st["from_global"] += source
+                st["filled"] += max(0, len(d.tokens) - tree.planned)  # in a padded forward's slots
+                st["match"] += tree.match
+                st["from_global"] += tree.source
                 hist = st["hist"]
                 hist.extend([0] * (len(path) - len(hist)))
                 hist[len(path) - 1] += 1
@@ -386,9 +404,8 @@ class SuffixProposer(Proposer):
             "suffix_tree_steps": st.get("tree", 0),
             "suffix_ar_steps": st.get("ar", 0),  # no match, or no tree beat an AR step on this machine
             "suffix_drafted": st.get("drafted", 0),
-            "suffix_filled": st.get(
-                "filled", 0
-            ),  # of them, guesses in slots a padded forward computes anyway
+            # of them, guesses past the budget in slots a padded forward computes anyway
+            "suffix_filled": st.get("filled", 0),
             "suffix_match_sum": st.get("match", 0),  # / suffix_tree_steps = mean match length
             "suffix_accepted_hist": st.get("hist", []),
             "suffix_global": st.get("global", 0),  # earlier outputs of this scope were read
