@@ -55,8 +55,8 @@ def settle(models: list, width: int = 0) -> None:
     """Before the first turn, as a server's start-up does: with compiled forwards, load the stored packages
     of the models the method runs (``models``, the target first; building none; a bucket without one
     compiles on first use): the drafts' 1-token ones, and the target's 1-token one where ``width`` is 1 (an
-    AR-like method, :func:`~fastforward.cli.common.forward_width`), all of its otherwise; then move the process's memory onto 2 MB pages
-    (:func:`fastforward.core.memory.huge_pages`), said in one line.
+    AR-like method, :func:`~fastforward.cli.common.forward_width`), all of its otherwise; then move the
+    process's memory onto 2 MB pages (:func:`fastforward.core.memory.huge_pages`), said in one line.
 
     Why: a package that first loads inside a reply delays it by its load, and what loads after the move
     keeps the kernel's 4 KB pages; on 2 MB pages a SmolLM2 bf16 AR step ran 6.5-9.2% faster on a 2-core
