@@ -80,7 +80,8 @@ def bench_runs(bench: dict[str, Any], llamacpp_ar: dict[str, float]) -> list[dic
         if quantized != "full"
         else {"float32": "fp32", "bfloat16": "bf16"}.get(bench["dtype"], bench["dtype"])
     )
-    ref = next((v for t, v in llamacpp_ar.items() if LLAMA_TYPES.get(t, ("", ""))[1] == weights), None)
+    same = "int8" if weights == "w8a8" else weights  # Q8_0 rounds activations to int8 too (blocks of 32)
+    ref = next((v for t, v in llamacpp_ar.items() if LLAMA_TYPES.get(t, ("", ""))[1] == same), None)
     if "llamacpp" in methods:  # timed in this run on these prompts: the fairer reference
         ref = methods["llamacpp"]["tokens_per_s"]
     out = []
@@ -280,7 +281,12 @@ def main() -> None:
     i = sub.add_parser("interleave", help="compiled and llama.cpp 1- and 8-token forwards, round after round")
     i.add_argument("--model", default="smollm2-135m")
     i.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    i.add_argument("--weights", default="full", choices=("full", "int8"), help="int8: against llama.cpp Q8_0")
+    i.add_argument(
+        "--weights",
+        default="full",
+        choices=("full", "int8", "w8a8"),
+        help="int8, w8a8: against llama.cpp Q8_0",
+    )
     i.add_argument("--llamacpp", default=None, help="recipes/llamacpp.sh build folder (default: the cache's)")
     i.add_argument("--rounds", type=rounds_arg, default=6, help="interleaved rounds, at least 1 (default: 6)")
     t = sub.add_parser("table", help="write results/engine.json from bench, curve and llama-bench files")

@@ -40,7 +40,13 @@ VERSION = "0.3.36"  # the llama-cpp-python sdist recipes/llamacpp.sh builds from
 BUILD_HINT = "bash recipes/llamacpp.sh build && bash recipes/llamacpp.sh convert"
 SPECULATIVE = "llama-speculative-simple"
 # our run's precision -> the GGUF recipes/llamacpp.sh convert writes (or the wheel ships) for it
-GGUF_TYPES = {("float32", "full"): "F32", ("bfloat16", "full"): "BF16", ("int8",): "Q8_0", ("int4",): "Q4_1"}
+GGUF_TYPES = {
+    ("float32", "full"): "F32",
+    ("bfloat16", "full"): "BF16",
+    ("int8",): "Q8_0",
+    ("w8a8",): "Q8_0",
+    ("int4",): "Q4_1",
+}
 
 _TIME = re.compile(r"(prompt eval|eval) time\s*=\s*([\d.]+) ms\s*/\s*(\d+) (?:tokens|runs)")
 _SPEC_TIME = re.compile(r"(encoded|decoded)\s+(\d+) tokens in\s+([\d.]+) seconds")
@@ -59,7 +65,7 @@ def gguf_type(dtype: str, weights: str) -> str:
     if kind is None:
         raise FastForwardError(
             f"--llamacpp: no llama.cpp weight type matches --dtype {dtype} --weights {weights} "
-            "(float32, bfloat16, --weights int8 or int4)"
+            "(float32, bfloat16, --weights int8, w8a8 or int4)"
         )
     return kind
 

@@ -80,11 +80,14 @@ def add_model_args(
         p.add_argument(
             "--weights",
             default="full",
-            choices=["full", "int8", "int4"],
+            choices=["full", "int8", "int4", "w8a8"],
             help="target weights: full = as loaded in --dtype; int8 (per channel) or int4 (per group of 32-256 "
             "inputs) = every linear layer, LM head included, through torch's weight-only CPU kernels: a smaller "
             "model. Those kernels take bf16 activations, so methods agree with its greedy AR as in a bf16 run "
-            "(near-ties flip), not token for token; CPU only, kernel path default",
+            "(near-ties flip), not token for token; w8a8 = the int8 weights times each token's activations "
+            "rounded to int8 (torch's int8 GEMM, like llama.cpp Q8_0): a multi-token forward costs little more "
+            "than one token, and methods match its greedy AR token for token in float32; CPU only, kernel path "
+            "default",
         )
         p.add_argument(
             "--fp32-logits",

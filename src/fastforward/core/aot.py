@@ -306,7 +306,12 @@ def build(
         os.close(fd)
         part = Path(name)
         try:
-            with warnings.catch_warnings():  # inductor's own deprecation notices are not the user's to act on
+            # no_grad: inductor freezes the weights (and runs its freezing passes: oneDNN prepacking, the int8
+            # linear rewrite) only when autograd is off as it compiles, whatever the caller's mode
+            with (
+                warnings.catch_warnings(),
+                torch.no_grad(),
+            ):  # inductor's deprecation notices are not the user's
                 warnings.simplefilter("ignore", UserWarning)
                 torch._inductor.aoti_compile_and_package(
                     program,

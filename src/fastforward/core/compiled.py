@@ -27,6 +27,7 @@ directory.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -165,12 +166,24 @@ def gqa_sdpa(
         # an eager prefill's mask covers only the cache slots filled so far: attend over those alone
         key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
     plain = not any(kwargs.get(k) for k in ("softcap", "position_bias", "output_attentions", "cache"))
-    if not plain or dropout or attention_mask is None or query.shape[1] == key.shape[1]:
+    rowwise = getattr(getattr(module, "config", None), ROWWISE, False) and query.shape[2] <= BUCKETS[-1]
+    if rowwise and attention_mask is None and plain and not dropout:
+        # transformers leaves out the mask where it is causal with nothing hidden (a decoding step, as a
+        # rule); the row-by-row attention needs it spelled out to give that step the same bits as a wider one
+        q, s = query.shape[2], key.shape[2]
+        seen = (
+            torch.arange(s, device=query.device)[None, :]
+            <= torch.arange(s - q, s, device=query.device)[:, None]
+        )
+        attention_mask = seen[None, None]
+    if not plain or dropout or attention_mask is None or (query.shape[1] == key.shape[1] and not rowwise):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
     mask = attention_mask[:, :, :, : key.shape[-2]]
-    if query.device.type == "cpu" and query.shape[2] <= BUCKETS[-1]:
+    if rowwise:
+        out = rowwise_attention(query, key, value, mask, scaling)
+    elif query.device.type == "cpu" and query.shape[2] <= BUCKETS[-1]:
         out = grouped_attention(query, key, value, mask, scaling)
     else:
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -208,6 +221,65 @@ def grouped_attention(
     scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m.float()
     probs = torch.softmax(scores, dim=-1).view(b, hkv, g * q, s)
     return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
+
+
+ROWWISE = "fastforward_rowwise_attention"  # a model config flag: attention by :func:`rowwise_attention`
+# :func:`rowwise_attention` pads the cache slots it reads to a multiple of this: a vectorized sum puts slot j in
+# lane j % width, so trailing zeros leave every lane's sum as it was, where a ragged tail would not (a 1-token
+# step over n + 1 eager slots and a k-token forward over n + k then add a row's terms in the same order)
+ROW_SLOTS = 64
+
+
+def rowwise_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    scaling: float | None = None,
+) -> torch.Tensor:
+    """:func:`grouped_attention`'s result, with each query row computed on its own: the scores and the weighted
+    sum of values as elementwise products reduced over one axis, no matrix multiply. A matmul's kernel and
+    blocking depend on how many rows share it, so a row's float32 sums can differ in the last bits between a
+    1-token and a k-token forward; a reduction over one row's own axis adds the same terms in the same order
+    whichever rows sit beside it. Masked cache slots weigh exactly zero, so the slots past a row's last
+    visible one add nothing either; an eager cache, which holds only the slots filled so far, is padded to
+    whole blocks of :data:`ROW_SLOTS` so its sums take the same shape.
+
+    Why: W8A8 (``--weights w8a8``) rounds every linear layer's input to int8 per token. Its integer products
+    are exact, so attention is the one width-dependent part of its forward, and a last-bit difference there
+    that lands on a rounding edge moved SmolLM2's logits by up to 2.3 (session 52): multi-token methods then
+    left its greedy AR. Costs: the products are materialized in eager mode ([rows, slots, head dim] per
+    layer; inductor fuses them into the reductions)."""
+    pad = -key.shape[2] % ROW_SLOTS
+    if pad:  # eager caches grow by the tokens fed: pad to whole blocks, so wide and narrow sum alike
+        key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))
+        mask = torch.nn.functional.pad(mask, (0, pad), value=False if mask.dtype == torch.bool else -math.inf)
+    b, hq, q, d = query.shape
+    hkv, s = key.shape[1], key.shape[2]
+    g = hq // hkv
+    scale = d**-0.5 if scaling is None else scaling
+    visible = mask if mask.dtype == torch.bool else mask == 0
+    if visible.shape[1] == 1:  # one mask for every head (the engine's): gather each row's visible slots
+        # first, in slot order; a tree node's ancestors then sit where its greedy AR step had them
+        order = torch.argsort((~visible).to(torch.uint8), dim=-1, stable=True).expand(b, 1, q, s)
+        seen = torch.gather(visible.expand(b, 1, q, s), -1, order).unsqueeze(1)  # [b, 1, 1, q, s]
+        at = order[:, :, :, :, None].expand(b, hkv, q, s, d)
+        keys = torch.gather(key.float().unsqueeze(2).expand(b, hkv, q, s, d), 3, at)
+        values = torch.gather(value.float().unsqueeze(2).expand(b, hkv, q, s, d), 3, at)
+        scores = (query.reshape(b, hkv, g, q, 1, d).float() * keys.unsqueeze(2)).sum(-1) * scale
+        probs = torch.softmax(scores.masked_fill(~seen, torch.finfo(torch.float32).min), dim=-1)
+        out = (probs.unsqueeze(-1) * values.unsqueeze(2)).sum(-2)  # [b, hkv, g, q, d]
+        return out.reshape(b, hq, q, d).to(query.dtype)
+    rows = query.reshape(b, hkv, g * q, 1, d).float()  # a mask per head: slots in cache order
+    scores = (rows * key.float().unsqueeze(2)).sum(-1).view(b, hkv, g, q, s)
+    m = visible.view(visible.shape[0], hkv, g, q, s)
+    probs = torch.softmax((scores * scale).masked_fill(~m, torch.finfo(torch.float32).min), dim=-1)
+    return (
+        (probs.view(b, hkv, g * q, s, 1) * value.float().unsqueeze(2))
+        .sum(-2)
+        .view(b, hq, q, d)
+        .to(query.dtype)
+    )
 
 
 def gemm_backends(

@@ -40,7 +40,7 @@ from fastforward.models.cache import (  # noqa: F401 - re-exported: callers impo
 )
 from fastforward.models.kernels import check_path, fp32_logits, prepare
 from fastforward.models.registry import REGISTRY, ModelSpec
-from fastforward.models.weights import WEIGHTS, weights_error
+from fastforward.models.weights import ACTIVATIONS_INT8, WEIGHTS, weights_error
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -342,8 +342,8 @@ def load_model(
     """Load a model for inference. ``ref``: registry name, HF directory or .gguf file; ``path``: the kernel
     path of its linear layers (:mod:`fastforward.models.kernels`); ``logits32``: compute the LM head in float32
     on a reduced-precision model (:func:`fastforward.models.kernels.fp32_logits`); ``weights``: ``int8`` or
-    ``int4`` replaces every linear layer (LM head included) by torch's weight-only CPU kernels
-    (:func:`fastforward.models.quantize.quantized_copy`): a different, smaller model whose own greedy AR is
+    ``int4`` replaces every linear layer (LM head included) by torch's weight-only CPU kernels, ``w8a8`` by
+    int8 weights times int8 activations (:func:`fastforward.models.quantize.quantized_copy`): a different, smaller model whose own greedy AR is
     then the reference every lossless method must match."""
     # here, not at the top: the Auto classes add ~0.6 s (python -X importtime) to every CLI start-up
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -372,7 +372,7 @@ def load_model(
     if weights != "full":
         from fastforward.models.quantize import quantized_copy
 
-        quantized = quantized_copy(model, WEIGHTS[weights])
+        quantized = quantized_copy(model, WEIGHTS[weights], activations=weights in ACTIVATIONS_INT8)
         quantized.generation_config = model.generation_config  # the loaded EOS ids, not the config's defaults
         quantized.requires_grad_(False)
         quantized.fastforward_weights = weights  # read by result files, like fastforward_path

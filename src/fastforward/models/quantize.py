@@ -10,6 +10,8 @@ copy's rounding can cost acceptance but never change an output.
   CPU path uses: per group of ``group_size`` input features a scale and a zero with ``w ~ (q - 8) * scale +
   zero``, q in [0, 15]; packed by ``aten._convert_weight_to_int4pack_for_cpu`` and run with
   ``aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_and_zeros[K / group_size, N, 2])``.
+- :class:`Int8DynLinear` (W8A8, ``--weights w8a8``): the same int8 weights, and each token's activations
+  quantized to int8 as it runs; ``aten._int_mm`` multiplies them.
 - :func:`quantized_copy`: the model with every ``nn.Linear`` (LM head included) replaced, every other
   parameter shared with the target.
 
@@ -83,6 +85,65 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8, {self.scales.dtype}"
 
 
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per row (a token's activations): ``x ~ q * scale`` with q in [-127, 127] and ``scale`` =
+    the row's largest magnitude / 127 as a float32 column. Each row's result depends on that row alone, so a
+    token quantizes the same whichever forward, and whichever width, it is fed in."""
+    xf = x.float()
+    scale = xf.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127
+    return (xf / scale).round().clamp(-127, 127).to(torch.int8), scale
+
+
+class Int8DynLinear(nn.Module):
+    """``nn.Linear`` as W8A8: the weights per output channel in symmetric int8, as :class:`Int8Linear`'s, and
+    each token's activations quantized to int8 when it runs (:func:`quantize_rows`), multiplied by
+    ``aten._int_mm`` with int32 accumulation (oneDNN's int8 GEMM, VNNI where the CPU has it) and scaled back
+    by the two scales. The bias is shared.
+
+    Why: a weight-only int8 kernel dequantizes every weight for every token it multiplies, so a step over 8
+    tokens costs several 1-token steps (the 1.5B's 8-token forward cost 4.3x its 1-token one on a 2-core
+    EPYC, session 46); an int8 x int8 GEMM reads the int8 weights once for all the tokens, which is what
+    llama.cpp's Q8_0 does (it quantizes activations in blocks of 32). It is also the fast int8 path on a CPU
+    without bf16 instructions, where the weight-only kernels have none.
+
+    Lossless with respect to its own greedy AR: the integer products are exact and every other operation
+    is per token, so a multi-token verify forward computes each token exactly as a 1-token step would. It is
+    a different model from the weight-only int8 one (its activations are rounded too); what that costs in
+    agreement with the full-precision model is measured, not assumed (docs/results.md)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        _int8_kernel_check(linear)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        w = linear.weight.detach()
+        qweight = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+        scales = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+        for r in range(0, w.shape[0], _ROWS):
+            chunk = w[r : r + _ROWS].float()
+            s = (chunk.abs().amax(1) / 127).clamp(min=1e-8)
+            qweight[r : r + _ROWS] = (chunk / s[:, None]).round().clamp(-127, 127).to(torch.int8)
+            scales[r : r + _ROWS] = s
+        # [K, N] as _int_mm takes it, a transposed view of the [N, K] rows: oneDNN's int8 GEMM ran a 1-token
+        # product over it faster than over a contiguous [K, N] copy (0.8 against 3.3 ms, 1536 x 8960)
+        self.register_buffer("qweight", qweight.t())
+        self.register_buffer("scales", scales)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xq, xs = quantize_rows(x.reshape(-1, self.in_features))
+        # int32 -> float, times the product of the two scales: not (acc * token scale) * channel scale, the
+        # form inductor's freezing pass rewrites to oneDNN's int8 linear (torchao's dynamic int8 pattern), which
+        # ran SmolLM2's 1- and 8-token steps 5x and 19x slower than the int8 GEMM itself on an AVX-512 Xeon
+        # without AMX (results/compiled_s52/gemm.txt)
+        y = torch._int_mm(xq, self.qweight).to(torch.float32) * (xs * self.scales)
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, w8a8 (int8 activations per token)"
+
+
 class Int4Linear(nn.Module):
     """``nn.Linear`` with group-wise asymmetric int4 weights (tinygemm layout); the bias is shared.
 
@@ -143,9 +204,16 @@ def int4_group_size(linear: nn.Linear, group_size: int) -> int | None:
 
 
 def quantize_linear(
-    linear: nn.Linear, bits: int, group_size: int = 128, compute_dtype: torch.dtype = torch.bfloat16
+    linear: nn.Linear,
+    bits: int,
+    group_size: int = 128,
+    compute_dtype: torch.dtype = torch.bfloat16,
+    activations: bool = False,
 ) -> nn.Module:
-    """One layer: int4 when ``bits == 4`` and a group fits (see module doc), else int8."""
+    """One layer: int4 when ``bits == 4`` and a group fits (see module doc), else int8; W8A8
+    (:class:`Int8DynLinear`) when ``activations`` asks for int8 activations too (8 bits only)."""
+    if activations:
+        return Int8DynLinear(linear)
     group = int4_group_size(linear, group_size) if bits == 4 else None
     if group is not None:
         return Int4Linear(linear, group, compute_dtype)
@@ -153,7 +221,11 @@ def quantize_linear(
 
 
 def quantized_copy(
-    model: nn.Module, bits: int, group_size: int = 128, compute_dtype: torch.dtype = torch.bfloat16
+    model: nn.Module,
+    bits: int,
+    group_size: int = 128,
+    compute_dtype: torch.dtype = torch.bfloat16,
+    activations: bool = False,
 ) -> nn.Module:
     """A model of the same class whose every ``nn.Linear`` (the LM head too, even when it is tied to the
     embeddings) is :func:`quantize_linear`'d, and whose every other parameter and buffer IS the target's.
@@ -165,10 +237,13 @@ def quantized_copy(
     target's own module object; a Linear becomes its quantized version; any other submodule is the shell's
     own instance of the same class with the target's direct parameters and buffers put in. Only the
     quantized weights are new memory; the target is not modified (no class is patched, nothing is
-    re-tied). Anything left on ``meta`` afterwards is a one-line error.
+    re-tied). Anything left on ``meta`` afterwards is a one-line error. ``activations``: W8A8
+    (:class:`Int8DynLinear`, int8 activations per token; 8 bits only).
     """
     if bits not in BITS:
         raise FastForwardError(f"weight-only quantization: bits must be one of {_join(BITS)}, got {bits}")
+    if activations and bits != 8:
+        raise FastForwardError(f"int8 activations need int8 weights (bits 8), got bits {bits}")
     if group_size not in INT4_GROUP_SIZES:
         raise FastForwardError(
             f"weight-only quantization: group_size must be one of {_join(INT4_GROUP_SIZES)}, got {group_size}"
@@ -183,17 +258,37 @@ def quantized_copy(
         _int8_kernel_check(m)  # before any work: a failure half-way would have cost the whole pass
     with torch.device("meta"):
         shell = type(model)(copy.deepcopy(model.config))
-    _fill(model, shell, bits, group_size, compute_dtype)
+    _fill(model, shell, bits, group_size, compute_dtype, activations)
     left = [n for n, t in _tensors(shell) if t.is_meta]
     if left:
         raise FastForwardError(
             f"weight-only quantization: {type(model).__name__} has parts this copy does not share: "
             + ", ".join(left[:3])
         )
+    if activations:
+        rowwise(shell)
     return shell.eval()
 
 
-def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dtype: torch.dtype) -> None:
+def rowwise(model: nn.Module) -> bool:
+    """Run a W8A8 model's attention row by row (:func:`fastforward.core.compiled.rowwise_attention`, through
+    the registered attention of :func:`~fastforward.core.compiled.share_kv_heads`; a config flag, nothing
+    patched). Returns whether it does: a model whose attention is not transformers' SDPA keeps its own.
+
+    Why: int8 activations turn a last-bit difference between a 1-token and a k-token forward's attention
+    into a different int8 input of the next layer, and then into different logits (up to 2.3 apart on
+    SmolLM2). Everything else in a W8A8 forward is per token with exact integer products, so with attention
+    row by row a token's logits have the same bits at every width, and a chain verified in one forward is
+    exactly what the model's own greedy AR decodes (session 52)."""
+    from fastforward.core.compiled import ROWWISE, share_kv_heads
+
+    setattr(model.config, ROWWISE, True)
+    return share_kv_heads(model)
+
+
+def _fill(
+    src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dtype: torch.dtype, activations: bool
+) -> None:
     if type(src) is not type(dst):
         raise FastForwardError(
             f"weight-only quantization: the copy's {type(dst).__name__} does not mirror "
@@ -204,7 +299,11 @@ def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dt
     dst._non_persistent_buffers_set = set(src._non_persistent_buffers_set)
     for name, child in src._modules.items():
         if child is None or isinstance(child, nn.Linear):
-            new = None if child is None else quantize_linear(child, bits, group_size, compute_dtype)
+            new = (
+                None
+                if child is None
+                else quantize_linear(child, bits, group_size, compute_dtype, activations)
+            )
         elif not any(isinstance(m, nn.Linear) for m in child.modules()):
             new = child
         else:
@@ -213,7 +312,7 @@ def _fill(src: nn.Module, dst: nn.Module, bits: int, group_size: int, compute_dt
                 raise FastForwardError(
                     f"weight-only quantization: the copy of {type(src).__name__} has no '{name}'"
                 )
-            _fill(child, new, bits, group_size, compute_dtype)
+            _fill(child, new, bits, group_size, compute_dtype, activations)
         dst._modules[name] = new
 
 
@@ -237,6 +336,8 @@ def layer_kinds(model: nn.Module) -> dict[str, int]:
     for m in model.modules():
         if isinstance(m, Int4Linear):
             kinds[f"int4-g{m.group_size}"] += 1
+        elif isinstance(m, Int8DynLinear):
+            kinds["w8a8"] += 1
         elif isinstance(m, Int8Linear):
             kinds["int8"] += 1
         elif isinstance(m, nn.Linear):

@@ -5,8 +5,10 @@ checks a conflicting command line before anything heavy is imported (:mod:`fastf
 from __future__ import annotations
 
 # the bits of each choice: full = the weights as loaded in the run's dtype; int8 / int4 = every linear layer
-# (LM head included) through torch's weight-only CPU kernels (:mod:`fastforward.models.quantize`)
-WEIGHTS = {"full": 0, "int8": 8, "int4": 4}
+# (LM head included) through torch's weight-only CPU kernels (:mod:`fastforward.models.quantize`); w8a8 =
+# the int8 weights times each token's activations rounded to int8, through torch's int8 GEMM (``_int_mm``)
+WEIGHTS = {"full": 0, "int8": 8, "int4": 4, "w8a8": 8}
+ACTIVATIONS_INT8 = ("w8a8",)  # the choices that also round activations to int8
 
 
 def weights_error(weights: str, path: str, device: str, logits32: bool) -> str | None:
