@@ -113,7 +113,9 @@ def test_quantized_copy_shares_the_targets_tensors_and_leaves_it_unchanged(tied)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("options", [{"bits": 8}, {"bits": 4, "group_size": 32}, {"bits": 4}])
+@pytest.mark.parametrize(
+    "options", [{"bits": 8}, {"bits": 4, "group_size": 32}, {"bits": 4}, {"bits": 8, "act8": True}]
+)
 def test_qsd_equals_greedy_ar_on_tiny_models(arch, options):
     target = make_tiny(arch=arch, seed=0)
     dec = build_decoder("qsd", target, None, {"gamma": 4, "gamma_auto": False, **options})
@@ -173,6 +175,7 @@ def test_qsd_stops_at_eos_and_max_new_tokens_like_ar():
         ({"bits": "four"}, "qsd: option bits must be one of 4, 8"),
         ({"group_size": 100}, "qsd: option group_size must be one of 32, 64, 128, 256, got 100"),
         ({"group": 64}, "qsd: unknown option 'group'"),
+        ({"bits": 4, "act8": True}, "act8 rounds an int8 draft's activations: it needs bits=8"),
     ],
 )
 def test_bad_qsd_options_are_one_line_errors(options, message):
@@ -234,3 +237,8 @@ def test_qsd_on_a_prepacked_target_quantizes_a_reload_and_stays_exact(real_promp
         assert got.tokens == ar.generate(ids, config).tokens
         accepted += got.stats.extras["spec_accepted"]
     assert accepted > 0
+
+
+def test_act8_on_an_unquantized_draft_is_a_one_line_error():
+    with pytest.raises(FastForwardError, match="add draft_bits=8"):
+        build_decoder("sd", make_tiny(seed=0), make_tiny(seed=1), {"act8": True})

@@ -124,6 +124,12 @@ class SpecOptions:
         help="quantize the draft model weight-only: 8 (int8 per channel), 4 (int4 per group), 0 = as loaded",
         used_by=DRAFT_MODEL,
     )
+    act8: bool = opt(
+        False,
+        help="an int8 draft (bits=8 / draft_bits=8) also rounds each token's activations to int8: W8A8 through "
+        "torch's int8 GEMM, the fast int8 path on a CPU without bf16 instructions (only the guesses change)",
+        used_by=("qsd", *DRAFT_MODEL),
+    )
     group_size: int = opt(
         128,
         choices=INT4_GROUP_SIZES,
@@ -171,6 +177,10 @@ class SpecOptions:
 
     def validate(self) -> None:
         check_ngram_range(self.ngram_min, self.ngram_max)
+        if self.act8 and 4 in (self.bits, self.draft_bits):
+            raise FastForwardError(
+                "act8 rounds an int8 draft's activations: it needs bits=8 / draft_bits=8, not 4"
+            )
 
 
 def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
@@ -202,7 +212,7 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
     elif name == "qsd":
         source = qsd_source(target)
         head = draft_head(target, o, bits=o.bits, float_model=source)  # before the copy frees the float rows
-        qcopy = quantized_copy(source, o.bits, o.group_size)
+        qcopy = quantized_copy(source, o.bits, o.group_size, activations=o.act8)
         subset = None if head is None else head_inside(qcopy, head)
         drafter = ModelDrafter(
             qcopy, o.draft_stop, shared_layers=qsd_shared_layers(qcopy, source, target), subset=subset
@@ -253,10 +263,12 @@ def draft_model(draft, o: SpecOptions) -> tuple[torch.nn.Module, RestrictedHead 
     large share of a memory-bound step; int4 reads a quarter of that. Only the draft's guesses change,
     never an output (verification is the target's)."""
     if not o.draft_bits:
+        if o.act8:
+            raise FastForwardError("act8 rounds an int8 draft's activations: add draft_bits=8")
         return draft.model, draft_head(draft, o)
     source = qsd_source(draft)
     head = draft_head(draft, o, bits=o.draft_bits, float_model=source)
-    return quantized_copy(source, o.draft_bits, o.group_size), head
+    return quantized_copy(source, o.draft_bits, o.group_size, activations=o.act8), head
 
 
 def qsd_shared_layers(qcopy: torch.nn.Module, source: torch.nn.Module, target) -> int:
