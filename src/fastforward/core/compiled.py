@@ -236,22 +236,33 @@ def rowwise_attention(
     value: torch.Tensor,
     mask: torch.Tensor,
     scaling: float | None = None,
+    gather: bool | None = None,
 ) -> torch.Tensor:
-    """:func:`grouped_attention`'s result, with each query row computed on its own: the scores and the weighted
-    sum of values as elementwise products reduced over one axis, no matrix multiply. A matmul's kernel and
-    blocking depend on how many rows share it, so a row's float32 sums can differ in the last bits between a
-    1-token and a k-token forward; a reduction over one row's own axis adds the same terms in the same order
-    whichever rows sit beside it. Masked cache slots weigh exactly zero, so the slots past a row's last
-    visible one add nothing either; an eager cache, which holds only the slots filled so far, is padded to
-    whole blocks of :data:`ROW_SLOTS` so its sums take the same shape.
+    """:func:`grouped_attention`'s result, computed so that a query row's output has the same bits whatever
+    rows share the forward and wherever its visible cache slots sit: in a 1-token AR step its prefix is
+    contiguous, in a tree forward a node's ancestors are spread among its siblings' slots, which it must not
+    see. No matrix multiply (their kernels and blocking depend on how many rows share them):
+
+    - a score is one row's and one slot's elementwise product reduced over the head dimension, the same
+      terms in the same order for every row and slot;
+    - the softmax's maximum is exact in any order; its exponentials are elementwise, and a hidden slot's is
+      exactly 0;
+    - the weighted sum of values and the softmax's denominator (a column of ones beside the values) are one
+      reduction over the slots, which must add a row's visible terms in the same order with zeros wherever
+      they fall. inductor (``gather`` False, the default under ``torch.compile``) generates it as a loop over
+      the slots, vectorized across the head dimension, so the zeros add nothing; eager torch reassociates
+      such sums in blocks of slots, so eagerly (``gather`` True) each row first gathers its visible slots to
+      the front in slot order, where its AR step has them, and pads the slots to a multiple of
+      :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far).
 
     Why: W8A8 (``--weights w8a8``) rounds every linear layer's input to int8 per token. Its integer products
     are exact, so attention is the one width-dependent part of its forward, and a last-bit difference there
-    that lands on a rounding edge moved SmolLM2's logits by up to 2.3 (session 52): multi-token methods then
-    left its greedy AR. Costs: the products are materialized in eager mode ([rows, slots, head dim] per
-    layer; inductor fuses them into the reductions)."""
-    pad = -key.shape[2] % ROW_SLOTS
-    if pad:  # eager caches grow by the tokens fed: pad to whole blocks, so wide and narrow sum alike
+    that lands on a rounding edge moved SmolLM2's logits by up to 2.7 (session 52): multi-token methods then
+    left its greedy AR. Cost: compiled, 1-token SmolLM2 attention costs about what
+    :func:`grouped_attention` does (results/compiled_s52/attention.txt); eagerly the products are
+    materialized ([rows, slots, head dim] per layer)."""
+    gather = not torch.compiler.is_compiling() if gather is None else gather
+    if gather and (pad := -key.shape[2] % ROW_SLOTS):
         key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))
         mask = torch.nn.functional.pad(mask, (0, pad), value=False if mask.dtype == torch.bool else -math.inf)
     b, hq, q, d = query.shape
@@ -259,27 +270,24 @@ def rowwise_attention(
     g = hq // hkv
     scale = d**-0.5 if scaling is None else scaling
     visible = mask if mask.dtype == torch.bool else mask == 0
-    if visible.shape[1] == 1:  # one mask for every head (the engine's): gather each row's visible slots
-        # first, in slot order; a tree node's ancestors then sit where its greedy AR step had them
-        order = torch.argsort((~visible).to(torch.uint8), dim=-1, stable=True).expand(b, 1, q, s)
-        seen = torch.gather(visible.expand(b, 1, q, s), -1, order).unsqueeze(1)  # [b, 1, 1, q, s]
-        at = order[:, :, :, :, None].expand(b, hkv, q, s, d)
-        keys = torch.gather(key.float().unsqueeze(2).expand(b, hkv, q, s, d), 3, at)
-        values = torch.gather(value.float().unsqueeze(2).expand(b, hkv, q, s, d), 3, at)
-        scores = (query.reshape(b, hkv, g, q, 1, d).float() * keys.unsqueeze(2)).sum(-1) * scale
-        probs = torch.softmax(scores.masked_fill(~seen, torch.finfo(torch.float32).min), dim=-1)
-        out = (probs.unsqueeze(-1) * values.unsqueeze(2)).sum(-2)  # [b, hkv, g, q, d]
-        return out.reshape(b, hq, q, d).to(query.dtype)
-    rows = query.reshape(b, hkv, g * q, 1, d).float()  # a mask per head: slots in cache order
-    scores = (rows * key.float().unsqueeze(2)).sum(-1).view(b, hkv, g, q, s)
-    m = visible.view(visible.shape[0], hkv, g, q, s)
-    probs = torch.softmax((scores * scale).masked_fill(~m, torch.finfo(torch.float32).min), dim=-1)
-    return (
-        (probs.view(b, hkv, g * q, s, 1) * value.float().unsqueeze(2))
-        .sum(-2)
-        .view(b, hq, q, d)
-        .to(query.dtype)
-    )
+    visible = visible.expand(b, visible.shape[1], q, s)
+    # a mask per query head, or one for all: [b, hkv, g, q, s] or [b, 1, 1, q, s]
+    visible = visible.view(b, hkv, g, q, s) if visible.shape[1] == hq > 1 else visible.unsqueeze(1)
+    ones = torch.ones(*value.shape[:-1], 1, dtype=torch.float32, device=value.device)
+    values = torch.cat([value.float(), ones], -1)  # [b, hkv, s, d + 1]: the last column sums the weights
+    keys = key.float()[:, :, None, None]  # [b, hkv, 1, 1, s, d]
+    values = values[:, :, None, None]
+    if gather and visible.shape[1] == 1:  # each row's visible slots first, in slot order
+        order = torch.argsort((~visible).to(torch.uint8), dim=-1, stable=True)  # [b, 1, 1, q, s]
+        visible = torch.gather(visible, -1, order)
+        at = order.expand(b, hkv, 1, q, s)[..., None]
+        keys = torch.gather(keys.expand(b, hkv, 1, q, s, d), 4, at.expand(b, hkv, 1, q, s, d))
+        values = torch.gather(values.expand(b, hkv, 1, q, s, d + 1), 4, at.expand(b, hkv, 1, q, s, d + 1))
+    rows = query.reshape(b, hkv, g, q, 1, d).float()
+    scores = ((rows * keys).sum(-1) * scale).masked_fill(~visible, torch.finfo(torch.float32).min)
+    weights = torch.exp(scores - scores.amax(-1, keepdim=True))  # [b, hkv, g, q, s]; hidden slots exactly 0
+    out = (weights.unsqueeze(-1) * values).sum(-2)  # [b, hkv, g, q, d + 1]
+    return (out[..., :d] / out[..., d:]).reshape(b, hq, q, d).to(query.dtype)
 
 
 def gemm_backends(
