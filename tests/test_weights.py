@@ -218,3 +218,7 @@ def test_a_quantized_bench_table_says_its_agreement_is_bf16_class() -> None:
     w8a8 = markdown_table({**result, "weights": "w8a8"})
     assert "w8a8 weights" in w8a8 and "bf16-class" not in w8a8 and "exact vs its own AR" in w8a8
     assert W8A8_NOTE in w8a8 and "must reach 100%" in w8a8
+    compiled = markdown_table(
+        {**result, "weights": "w8a8", "engine": "compiled"}
+    )  # not shown exact there yet
+    assert "bf16-class" in compiled and W8A8_NOTE not in compiled

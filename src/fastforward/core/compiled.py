@@ -249,11 +249,13 @@ def rowwise_attention(
       exactly 0;
     - the weighted sum of values and the softmax's denominator (a column of ones beside the values) are one
       reduction over the slots, which must add a row's visible terms in the same order with zeros wherever
-      they fall. inductor (``gather`` False, the default under ``torch.compile``) generates it as a loop over
-      the slots, vectorized across the head dimension, so the zeros add nothing; eager torch reassociates
-      such sums in blocks of slots, so eagerly (``gather`` True) each row first gathers its visible slots to
-      the front in slot order, where its AR step has them, and pads the slots to a multiple of
-      :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far).
+      they fall. Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row
+      first gathers its visible slots to the front in slot order, where its AR step has them, and pads the
+      slots to a multiple of :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far): exact,
+      tested. Compiled (``gather`` False, the default under ``torch.compile``; the gather cost 10x there)
+      it rests on inductor emitting each reduction the same way at every width: measured exact for
+      SmolLM2's graphs, but the 1.5B's 4- and 8-token graphs give logits up to 1.08 from its 1-token
+      graph's (session 52, results/compiled_s52/widths_qwen15_w8a8.txt), cause not yet found.
 
     Why: W8A8 (``--weights w8a8``) rounds every linear layer's input to int8 per token. Its integer products
     are exact, so attention is the one width-dependent part of its forward, and a last-bit difference there

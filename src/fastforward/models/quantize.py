@@ -278,8 +278,9 @@ def rowwise(model: nn.Module) -> bool:
     Why: int8 activations turn a last-bit difference between a 1-token and a k-token forward's attention
     into a different int8 input of the next layer, and then into different logits (up to 2.3 apart on
     SmolLM2). Everything else in a W8A8 forward is per token with exact integer products, so with attention
-    row by row a token's logits have the same bits at every width, and a chain verified in one forward is
-    exactly what the model's own greedy AR decodes (session 52)."""
+    row by row a token's logits have the same bits at every width, and what a forward verifies is exactly
+    what the model's own greedy AR decodes: eagerly always (tested); compiled where inductor's kernels keep
+    each row's sums in order at every width (SmolLM2 yes, the 1.5B no: session 52)."""
     from fastforward.core.compiled import ROWWISE, share_kv_heads
 
     setattr(model.config, ROWWISE, True)
