@@ -88,9 +88,13 @@ def markdown_table(result: dict[str, Any]) -> str:
     dtype = result["dtype"]
     weights = result.get("weights", "full")
     quantized = "" if weights == "full" else f", {weights} weights"
-    # W8A8 is exact against its own AR eagerly; compiled, only where inductor's kernels keep a row's sums in
-    # order at every width (SmolLM2 yes; the 1.5B's 4- and 8-token graphs no, session 52): labelled as int8
-    exact = weights == "w8a8" and dtype == "float32" and result.get("engine") != "compiled"
+    # W8A8 is exact against its own AR eagerly, and compiled where its packages keep each row's sums on one
+    # thread (``serial_rows``, session 53; before, the 1.5B's 4- and 8-token graphs were not): else as int8
+    exact = (
+        weights == "w8a8"
+        and dtype == "float32"
+        and (result.get("engine") != "compiled" or bool(result.get("serial_rows")))
+    )
     lines = [
         f"**{result['model']}**, {dtype}/{result.get('path', 'default')}{quantized}, {result['dataset']}, max_new_tokens {result['max_new_tokens']} "
         f"— {result['hardware']}",

@@ -267,6 +267,28 @@ def trim(store: Path, limit: int | None = None) -> tuple[list[tuple[Path, int]],
     return gone, limit
 
 
+DEFAULT_MIN_CHUNK = 512  # inductor's cpp.min_chunk_size (elements per thread before a loop runs in parallel)
+
+
+def serial_row_chunk(model: torch.nn.Module) -> int:
+    """inductor's ``cpp.min_chunk_size`` for ``model``'s packages: more than one row of its hidden states, so
+    that no graph splits a single row's reduction (a norm's sum of squares) across threads.
+
+    Why: in a 1-token graph a norm's reduction over the hidden size is the outermost loop, and inductor runs
+    a loop in parallel once each thread would get ``min_chunk_size`` elements (512 by default): each thread
+    sums its part of the row and the parts are added after. A k-token graph runs the rows in parallel
+    instead and sums each row in one pass, so a token's norm differs in the last bits between the widths.
+    For float weights that is noise among other width differences; for W8A8, whose products are otherwise
+    exact, it moves a token across an int8 rounding edge: the Qwen2.5-1.5B's 4- and 8-token graphs gave
+    logits up to 1.08 from its 1-token graph's (session 52). SmolLM2 (hidden size 576 < 2 x 512) never split.
+    With the chunk above the hidden size the 1.5B's widths give the same bits (session 53, a 2-layer probe:
+    2.9e-6 apart before, 0 after). The cost: loops of fewer than two rows' elements run on one thread, which
+    in a decoding step are the few-microsecond elementwise ones."""
+    config = getattr(model, "config", None)
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    return max(DEFAULT_MIN_CHUNK, hidden + 1)
+
+
 def package_name(k: int, hidden: bool, size: int) -> str:
     """The file name of the package for ``k`` fed tokens (with hidden states or not) over ``size`` slots."""
     return f"k{k}{'-hidden' if hidden else ''}-s{size}.pt2"
@@ -320,6 +342,7 @@ def build(
                         "freezing": True,
                         "max_autotune": autotune,
                         "max_autotune_gemm_backends": gemm,
+                        "cpp.min_chunk_size": serial_row_chunk(model),
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
                     },

@@ -253,9 +253,10 @@ def rowwise_attention(
       first gathers its visible slots to the front in slot order, where its AR step has them, and pads the
       slots to a multiple of :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far): exact,
       tested. Compiled (``gather`` False, the default under ``torch.compile``; the gather cost 10x there)
-      it rests on inductor emitting each reduction the same way at every width: measured exact for
-      SmolLM2's graphs, but the 1.5B's 4- and 8-token graphs give logits up to 1.08 from its 1-token
-      graph's (session 52, results/compiled_s52/widths_qwen15_w8a8.txt), cause not yet found.
+      it rests on inductor emitting each reduction the same way at every width, which needs its packages
+      built so that no row's reduction is split across threads (:func:`fastforward.core.aot.serial_row_chunk`;
+      without that the Qwen2.5-1.5B's 4- and 8-token graphs gave logits up to 1.08 from its 1-token graph's,
+      results/compiled_s52/widths_qwen15_w8a8.txt).
 
     Why: W8A8 (``--weights w8a8``) rounds every linear layer's input to int8 per token. Its integer products
     are exact, so attention is the one width-dependent part of its forward, and a last-bit difference there
@@ -445,8 +446,15 @@ class CompiledForward:
         import torch._dynamo
         import torch._inductor.config as inductor_config
 
+        from fastforward.core import aot
+
         inductor_cache()  # a folder per ISA, under the CLI's root where it set one, else torch's default
         inductor_config.freezing = True  # weights become constants the kernels can be laid out for
+        # no row's sum split across threads, as in the packages (aot.serial_row_chunk); process-wide, so the
+        # largest any model here needs
+        inductor_config.cpp.min_chunk_size = max(
+            inductor_config.cpp.min_chunk_size, aot.serial_row_chunk(model)
+        )
         self._dtype, self._int4 = next(model.parameters()).dtype, int4_weights(model)
         self.gemm = self.gemm_for(None)  # graphs compiled in this process serve any width
         self.shared_weights = shares_weights(model)
