@@ -247,9 +247,8 @@ def rowwise_attention(
       terms in the same order for every row and slot;
     - the softmax's maximum is exact in any order; its exponentials are elementwise, and a hidden slot's is
       exactly 0;
-    - the weighted sum of values and the softmax's denominator (a column of ones beside the values) are one
-      reduction over the slots, which must add a row's visible terms in the same order with zeros wherever
-      they fall. Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row
+    - the weighted sum of values and the softmax's denominator are reductions over the slots, which must add
+      a row's visible terms in the same order with zeros wherever they fall. Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row
       first gathers its visible slots to the front in slot order, where its AR step has them, and pads the
       slots to a multiple of :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far): exact,
       tested. Compiled (``gather`` False, the default under ``torch.compile``; the gather cost 10x there)
@@ -276,21 +275,23 @@ def rowwise_attention(
     visible = visible.expand(b, visible.shape[1], q, s)
     # a mask per query head, or one for all: [b, hkv, g, q, s] or [b, 1, 1, q, s]
     visible = visible.view(b, hkv, g, q, s) if visible.shape[1] == hq > 1 else visible.unsqueeze(1)
-    ones = torch.ones(*value.shape[:-1], 1, dtype=torch.float32, device=value.device)
-    values = torch.cat([value.float(), ones], -1)  # [b, hkv, s, d + 1]: the last column sums the weights
     keys = key.float()[:, :, None, None]  # [b, hkv, 1, 1, s, d]
-    values = values[:, :, None, None]
+    values = value.float()[:, :, None, None]
     if gather and visible.shape[1] == 1:  # each row's visible slots first, in slot order
         order = torch.argsort((~visible).to(torch.uint8), dim=-1, stable=True)  # [b, 1, 1, q, s]
         visible = torch.gather(visible, -1, order)
-        at = order.expand(b, hkv, 1, q, s)[..., None]
-        keys = torch.gather(keys.expand(b, hkv, 1, q, s, d), 4, at.expand(b, hkv, 1, q, s, d))
-        values = torch.gather(values.expand(b, hkv, 1, q, s, d + 1), 4, at.expand(b, hkv, 1, q, s, d + 1))
-    rows = query.reshape(b, hkv, g, q, 1, d).float()
-    scores = ((rows * keys).sum(-1) * scale).masked_fill(~visible, torch.finfo(torch.float32).min)
+        at = order.expand(b, hkv, 1, q, s)[..., None].expand(b, hkv, 1, q, s, d)
+        keys = torch.gather(keys.expand(b, hkv, 1, q, s, d), 4, at)
+        values = torch.gather(values.expand(b, hkv, 1, q, s, d), 4, at)
+    # keys read as [d, s]: the sum over d runs with the slots side by side (vector lanes), each slot's terms
+    # in order, so no horizontal sum per score
+    rows = query.reshape(b, hkv, g, q, d, 1).float()
+    scores = ((rows * keys.transpose(-1, -2)).sum(-2) * scale).masked_fill(
+        ~visible, torch.finfo(torch.float32).min
+    )
     weights = torch.exp(scores - scores.amax(-1, keepdim=True))  # [b, hkv, g, q, s]; hidden slots exactly 0
-    out = (weights.unsqueeze(-1) * values).sum(-2)  # [b, hkv, g, q, d + 1]
-    return (out[..., :d] / out[..., d:]).reshape(b, hq, q, d).to(query.dtype)
+    out = (weights.unsqueeze(-1) * values).sum(-2)  # [b, hkv, g, q, d]
+    return (out / weights.sum(-1, keepdim=True)).reshape(b, hq, q, d).to(query.dtype)
 
 
 def gemm_backends(
