@@ -121,6 +121,26 @@ def test_rowwise_attention_gives_a_tree_node_its_ar_steps_bits() -> None:
     assert torch.equal(tree[:, :, 3:4], ar)
 
 
+def test_compiled_rowwise_attention_gives_a_tree_node_its_ar_steps_bits() -> None:
+    """Compiled (no gather), SmolLM2's attention shapes over a 512-slot cache: a row whose siblings sit
+    between it and its parent, 1-15 of them, so its own slot falls in each vector lane, against its AR step
+    (itself right after its parent). Failed 15 of 15 when the softmax's denominator was summed across
+    vector lanes (session 53's first try: SmolLM2 W8A8's suffix then left its AR on 1-4 of 8 prompts)."""
+    torch.manual_seed(2)
+    q, n, d, s = 4, 300, 64, 512  # rows, prefix, head dim, fixed cache slots
+    attend = torch.compile(rowwise_attention, dynamic=False)
+    query, key, value = torch.randn(1, 9, q, d), torch.randn(1, 3, s, d), torch.randn(1, 3, s, d)
+    with torch.no_grad():
+        ar = attend(query, key, value, (torch.arange(s) <= n + 1).repeat(q, 1)[None, None])
+        for between in range(1, 16):
+            k2, v2 = torch.randn(1, 3, s, d), torch.randn(1, 3, s, d)  # siblings' slots: anything
+            k2[:, :, : n + 1], v2[:, :, : n + 1] = key[:, :, : n + 1], value[:, :, : n + 1]
+            k2[:, :, n + 1 + between], v2[:, :, n + 1 + between] = key[:, :, n + 1], value[:, :, n + 1]
+            mask = (torch.arange(s) <= n).repeat(q, 1)
+            mask[:, n + 1 + between] = True
+            assert torch.equal(attend(query, k2, v2, mask[None, None]), ar), between
+
+
 def test_a_w8a8_model_runs_rowwise_attention_and_every_method_decodes_its_ar() -> None:
     lm = _quantized_tiny(8, activations=True)
     assert getattr(lm.model.config, ROWWISE) and layer_kinds(lm.model) == {"w8a8": 2 * 7 + 1}
@@ -169,7 +189,9 @@ def test_packages_never_split_a_row_of_hidden_states_across_threads() -> None:
 def test_compiled_w8a8_gives_a_token_its_1_token_bits_in_a_wider_forward() -> None:
     """A hidden size above 2 x 512: inductor's default split a 1-token graph's norm over the two threads and
     the 4-token graph's did not, so a token's logits differed in the last bits (the Qwen2.5-1.5B's by up to
-    1.08 after int8 rounding, session 52). Fails with ``cpp.min_chunk_size`` at its default."""
+    1.08 after int8 rounding, session 52). Fails with ``cpp.min_chunk_size`` at its default. A tree node's
+    too: fails when attention's softmax denominator is summed across vector lanes (session 53's first try),
+    which puts a node's ancestor in another lane than its AR step does."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(3)
@@ -187,9 +209,13 @@ def test_compiled_w8a8_gives_a_token_its_1_token_bits_in_a_wider_forward() -> No
             steps.append(engine.forward([Block.chain([t])]).logits[0][-1].clone())
             engine.keep([[0]])
         engine.truncate(0, len(PROMPT))
-        wide = engine.forward([Block.chain(PROMPT[:4])]).logits[0]
+        wide = engine.forward([Block.chain(PROMPT[:4])]).logits[0].clone()
+        engine.truncate(0, len(PROMPT))
+        # a tree: the last node's ancestors are the first (and the prompt); its sibling's slot lies between
+        tree = engine.forward([Block([PROMPT[0], 50, PROMPT[1]], [-1, 0, 0])]).logits[0].clone()
     assert engine.ran == "compiled"
     assert all(torch.equal(wide[i], steps[i]) for i in range(4))
+    assert torch.equal(tree[0], steps[0]) and torch.equal(tree[2], steps[1])
 
 
 @pytest.mark.parametrize(

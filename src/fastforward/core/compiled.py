@@ -228,6 +228,10 @@ ROWWISE = "fastforward_rowwise_attention"  # a model config flag: attention by :
 # lane j % width, so trailing zeros leave every lane's sum as it was, where a ragged tail would not (a 1-token
 # step over n + 1 eager slots and a k-token forward over n + k then add a row's terms in the same order)
 ROW_SLOTS = 64
+# columns of ones :func:`rowwise_attention` sums beside the values for the softmax's denominator: a whole
+# AVX-512 vector of floats (two AVX2 ones), so the reduction has no scalar tail; one column (session 52) left
+# each output row a 1-float tail
+DENOMINATOR_LANES = 16
 
 
 def rowwise_attention(
@@ -247,8 +251,8 @@ def rowwise_attention(
       terms in the same order for every row and slot;
     - the softmax's maximum is exact in any order; its exponentials are elementwise, and a hidden slot's is
       exactly 0;
-    - the weighted sum of values and the softmax's denominator are reductions over the slots, which must add
-      a row's visible terms in the same order with zeros wherever they fall. Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row
+    - the weighted sum of values and the softmax's denominator (ones beside the values) are one reduction
+      over the slots, which must add a row's visible terms in the same order with zeros wherever they fall. Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row
       first gathers its visible slots to the front in slot order, where its AR step has them, and pads the
       slots to a multiple of :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far): exact,
       tested. Compiled (``gather`` False, the default under ``torch.compile``; the gather cost 10x there)
@@ -276,13 +280,18 @@ def rowwise_attention(
     # a mask per query head, or one for all: [b, hkv, g, q, s] or [b, 1, 1, q, s]
     visible = visible.view(b, hkv, g, q, s) if visible.shape[1] == hq > 1 else visible.unsqueeze(1)
     keys = key.float()[:, :, None, None]  # [b, hkv, 1, 1, s, d]
-    values = value.float()[:, :, None, None]
+    # the values and, beside them, a vector's width of ones whose sums are the softmax's denominator: one
+    # reduction over the slots, slot after slot per output lane, as a tree node's must be (a separate sum of
+    # the weights runs across vector lanes, and a node's slot sits in another lane than in its AR step)
+    ones = torch.ones(*value.shape[:-1], DENOMINATOR_LANES, dtype=torch.float32, device=value.device)
+    values = torch.cat([value.float(), ones], -1)[:, :, None, None]  # [b, hkv, 1, 1, s, d + lanes]
     if gather and visible.shape[1] == 1:  # each row's visible slots first, in slot order
         order = torch.argsort((~visible).to(torch.uint8), dim=-1, stable=True)  # [b, 1, 1, q, s]
         visible = torch.gather(visible, -1, order)
-        at = order.expand(b, hkv, 1, q, s)[..., None].expand(b, hkv, 1, q, s, d)
-        keys = torch.gather(keys.expand(b, hkv, 1, q, s, d), 4, at)
-        values = torch.gather(values.expand(b, hkv, 1, q, s, d), 4, at)
+        at = order.expand(b, hkv, 1, q, s)[..., None]
+        keys = torch.gather(keys.expand(b, hkv, 1, q, s, d), 4, at.expand(b, hkv, 1, q, s, d))
+        wide = values.shape[-1]
+        values = torch.gather(values.expand(b, hkv, 1, q, s, wide), 4, at.expand(b, hkv, 1, q, s, wide))
     # keys read as [d, s]: the sum over d runs with the slots side by side (vector lanes), each slot's terms
     # in order, so no horizontal sum per score
     rows = query.reshape(b, hkv, g, q, d, 1).float()
@@ -290,8 +299,8 @@ def rowwise_attention(
         ~visible, torch.finfo(torch.float32).min
     )
     weights = torch.exp(scores - scores.amax(-1, keepdim=True))  # [b, hkv, g, q, s]; hidden slots exactly 0
-    out = (weights.unsqueeze(-1) * values).sum(-2)  # [b, hkv, g, q, d]
-    return (out / weights.sum(-1, keepdim=True)).reshape(b, hq, q, d).to(query.dtype)
+    out = (weights.unsqueeze(-1) * values).sum(-2)  # [b, hkv, g, q, d + lanes]
+    return (out[..., :d] / out[..., d : d + 1]).reshape(b, hq, q, d).to(query.dtype)
 
 
 def gemm_backends(
