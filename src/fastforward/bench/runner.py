@@ -314,10 +314,13 @@ def _summary(
         "fp32_logits": bool(getattr(target.model, "fastforward_fp32_logits", False)),
         "engine": "compiled" if compiled(target.model) is not None else "eager",
         # the widths with graphs (--buckets): a forward pads up to the next, runs eagerly past the widest
-        **({"compiled_widths": list(r.widths)} if (r := compiled(target.model)) is not None else {}),
-        # packages built so that no row's sum is split across threads (core.aot.serial_row_chunk): what makes
-        # compiled W8A8 exact at every width (session 53); results without it were labelled like int8
-        **({"serial_rows": True} if compiled(target.model) is not None else {}),
+        # serial_rows: graphs built so that no row's sum is split across threads (core.aot.serial_row_chunk),
+        # what makes compiled W8A8 exact at every width (session 53); results without it are labelled like int8
+        **(
+            {"compiled_widths": list(r.widths), "serial_rows": True}
+            if (r := compiled(target.model)) is not None
+            else {}
+        ),
         "dataset": dataset,
         "hardware": hardware.describe(),
         **hardware.provenance(),

@@ -252,10 +252,10 @@ def rowwise_attention(
     - the softmax's maximum is exact in any order; its exponentials are elementwise, and a hidden slot's is
       exactly 0;
     - the weighted sum of values and the softmax's denominator (ones beside the values) are one reduction
-      over the slots, which must add a row's visible terms in the same order with zeros wherever they fall. Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row
-      first gathers its visible slots to the front in slot order, where its AR step has them, and pads the
-      slots to a multiple of :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far): exact,
-      tested. Compiled (``gather`` False, the default under ``torch.compile``; the gather cost 10x there)
+      over the slots, which must add a row's visible terms in the same order with zeros wherever they fall.
+      Eager torch reassociates such sums in blocks of slots, so eagerly (``gather`` True) each row first
+      gathers its visible slots to the front in slot order, where its AR step has them, and pads the slots
+      to a multiple of :data:`ROW_SLOTS` (an eager cache holds only the slots filled so far): exact, tested. Compiled (``gather`` False, the default under ``torch.compile``; the gather cost 10x there)
       it rests on inductor emitting each reduction the same way at every width, which needs its packages
       built so that no row's reduction is split across threads (:func:`fastforward.core.aot.serial_row_chunk`;
       without that the Qwen2.5-1.5B's 4- and 8-token graphs gave logits up to 1.08 from its 1-token graph's,
@@ -264,9 +264,9 @@ def rowwise_attention(
     Why: W8A8 (``--weights w8a8``) rounds every linear layer's input to int8 per token. Its integer products
     are exact, so attention is the one width-dependent part of its forward, and a last-bit difference there
     that lands on a rounding edge moved SmolLM2's logits by up to 2.7 (session 52): multi-token methods then
-    left its greedy AR. Cost: compiled, 1-token SmolLM2 attention costs about what
-    :func:`grouped_attention` does (results/compiled_s52/attention.txt); eagerly the products are
-    materialized ([rows, slots, head dim] per layer)."""
+    left its greedy AR. Cost, compiled, per layer: about what :func:`grouped_attention` costs for one row,
+    ~1.5-2.5x it for 8 (results/compiled_s53/attention.txt); eagerly the products are materialized ([rows,
+    slots, head dim] per layer)."""
     gather = not torch.compiler.is_compiling() if gather is None else gather
     if gather and (pad := -key.shape[2] % ROW_SLOTS):
         key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))

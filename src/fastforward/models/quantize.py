@@ -279,8 +279,8 @@ def rowwise(model: nn.Module) -> bool:
     into a different int8 input of the next layer, and then into different logits (up to 2.3 apart on
     SmolLM2). Everything else in a W8A8 forward is per token with exact integer products, so with attention
     row by row a token's logits have the same bits at every width, and what a forward verifies is exactly
-    what the model's own greedy AR decodes: eagerly always (tested); compiled where inductor's kernels keep
-    each row's sums in order at every width (SmolLM2 yes, the 1.5B no: session 52)."""
+    what the model's own greedy AR decodes, eager or compiled (compiled packages keep each row's sums on one
+    thread: :func:`fastforward.core.aot.serial_row_chunk`; tested)."""
     from fastforward.core.compiled import ROWWISE, share_kv_heads
 
     setattr(model.config, ROWWISE, True)
