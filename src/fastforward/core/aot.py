@@ -77,6 +77,7 @@ TRACED = (
     "fastforward.core.cache",
     "fastforward.core.call",
     "fastforward.core.compiled",
+    "fastforward.core.int8_gemm",
 )
 
 
@@ -311,6 +312,8 @@ def build(
     ``gemm``: the GEMM backends autotuning chooses among (:func:`fastforward.core.compiled.gemm_backends`);
     ``shared``: weights kept beside the library, as plain tensors, for :func:`load` to share between
     packages (module docstring)."""
+    from fastforward.core import int8_gemm  # imports inductor: only where a package is built
+
     ids, pos, mask, where, *kv = example
     size = int(mask.shape[-1])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -322,6 +325,11 @@ def build(
             args = (ids, pos, mask, where, *[t.clone() for t in kv])
             program = torch.export.export(step, args, strict=False)
         flatten_state_names(program)
+        # W8A8's products over 2+ rows through oneDNN's prepacked int8 linear, which only ATen's kernel runs
+        # exactly (core.int8_gemm)
+        prepack = int(ids.shape[-1]) >= int8_gemm.MIN_ROWS and int8_gemm.rewritable(program.graph.nodes)
+        if prepack:
+            gemm = "ATEN"
         if gemm == "CPP" and not shared:  # the templates alone: ATen's GEMMs keep their plain weights
             transpose_linear_weights(program)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.pt2")
@@ -345,6 +353,7 @@ def build(
                         "cpp.min_chunk_size": serial_row_chunk(model),
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
+                        **({"post_grad_custom_post_pass": int8_gemm.PrepackInt8()} if prepack else {}),
                     },
                 )
             with part.open("rb") as f:

@@ -1,0 +1,157 @@
+"""W8A8's multi-row GEMMs through oneDNN's prepacked int8 linear: a rewrite of inductor's post-grad graph.
+
+Why: :class:`fastforward.models.quantize.Int8DynLinear` multiplies with ``aten._int_mm``, which takes the
+int8 weights in their plain layout on every call. On a 2-core Ice Lake Xeon (AVX-512 VNNI, session 53) its
+GEMMs for one Qwen2.5-Coder-1.5B forward cost 68.1 ms over 1 row but 163.6 / 154.7 ms over 2 / 8 rows, which
+is most of why the 1.5B's 8-token W8A8 forward cost 3.3x its 1-token one; oneDNN's int8 linear over
+weights it laid out once (``onednn.qlinear_prepack``) costs 77.5 / 98.0 / 111.7 ms for 1 / 2 / 8 rows
+(results/compiled_s53/qlinear.txt). So a package for 2 or more fed tokens runs its int8 GEMMs through the
+prepacked linear, and the 1-token package keeps ``_int_mm``.
+
+How: ``torch.export`` cannot trace ``qlinear_prepack`` (it has no fake implementation), so the model keeps
+``_int_mm`` and :class:`PrepackInt8` rewrites the graph inductor lowers, after freezing has turned the
+weights into real constants (inductor's ``post_grad_custom_post_pass``): each ``_int_mm(x, W)`` whose ``W``
+is a constant (through transposes) becomes oneDNN's u8 x s8 linear of ``x + 128`` with zero point 128, unit
+scales and float32 out, over ``W`` prepacked here, converted back to int32 so the model's own scaling
+follows unchanged. AOTInductor keeps prepacked (mkldnn) constants in the package.
+
+Exact: oneDNN subtracts the zero point's share in int32, so the float32 it returns is the integer
+``_int_mm`` computes, rounded once, as ``Int8DynLinear``'s own ``.to(float32)`` rounds it; a token's logits
+are the same whichever width runs it (tests/test_int8_gemm.py). Only through ATen's kernel: inductor's int8
+GEMM template subtracts the zero point after converting to float32, which rounds sums past 2^24 differently,
+so a rewritten package tunes ATen's GEMMs alone (:func:`fastforward.core.aot.build`), and a graph with any
+other GEMM (whose backend that would change) is left as it is (:func:`rewritable`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Iterable
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+aten = torch.ops.aten
+convert = torch.ops.prims.convert_element_type.default
+
+MIN_ROWS = 2  # the 1-row product stays on _int_mm (68.1 against 77.5 ms per 1.5B forward, session 53)
+ZERO_POINT = 128  # int8 activations shifted into uint8, the source type oneDNN's int8 linear takes
+_TRANSPOSES = (aten.permute.default, aten.t.default, aten.transpose.int)
+_OTHER_GEMMS = (
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.baddbmm.default,
+    aten.matmul.default,
+    aten.linear.default,
+)
+
+
+def rewritable(nodes: Iterable[torch.fx.Node]) -> bool:
+    """Whether a graph's GEMMs are all ``_int_mm``, at least one: then its package may tune ATen's GEMMs
+    alone without changing any other product's kernel."""
+    targets = [n.target for n in nodes if n.op == "call_function"]
+    return aten._int_mm.default in targets and not any(t in _OTHER_GEMMS for t in targets)
+
+
+def constant_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
+    """The ``get_attr`` node a GEMM's right operand reads through transposes, and how many transposes (each
+    swaps the two dimensions of a 2-D weight); None when it is not a constant."""
+    flips = 0
+    while node.op == "call_function" and node.target in _TRANSPOSES:
+        flips += 1
+        node = node.args[0]  # type: ignore[assignment]
+    return (node, flips) if node.op == "get_attr" else None
+
+
+def shifted(x8: torch.Tensor) -> torch.Tensor:
+    """int8 activations as the uint8 that oneDNN's linear takes with zero point :data:`ZERO_POINT`."""
+    return (x8.to(torch.int16) + ZERO_POINT).to(torch.uint8)
+
+
+def prepacked_mm(
+    x8: torch.Tensor, packed: torch.Tensor, ones: torch.Tensor, zeros: torch.Tensor
+) -> torch.Tensor:
+    """``_int_mm(x8, W.T)`` as float32 through oneDNN's linear over ``packed`` = ``qlinear_prepack(W)``, W
+    [N, K] int8; ``ones`` [N] float32 and ``zeros`` [N] int32 are the unit weight scales and zero points. The
+    eager form of what the rewritten graph runs."""
+    return torch.ops.onednn.qlinear_pointwise.default(
+        shifted(x8), 1.0, ZERO_POINT, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""
+    )
+
+
+def _fake(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    with like.fake_mode:  # type: ignore[attr-defined]
+        return torch.empty(shape, dtype=dtype)
+
+
+def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS) -> int:
+    """Replace each ``_int_mm`` of ``graph`` over a constant weight and at least ``min_rows`` rows by the
+    prepacked linear (module docstring). The graph's module gets the prepacked weights, scales and zero points
+    as attributes. Returns how many GEMMs were rewritten."""
+    gm = graph.owning_module
+    assert gm is not None
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten._int_mm.default:
+            continue
+        x, w = node.args
+        found = constant_weight(w)
+        val = x.meta.get("val")
+        if found is None or val is None or val.dim() != 2 or int(val.shape[0]) < min_rows:
+            continue
+        attr, flips = found
+        weight = functools.reduce(getattr, str(attr.target).split("."), gm)
+        w_nk = (weight if flips % 2 else weight.t()).contiguous()  # _int_mm takes [K, N]; prepack [N, K]
+        n = int(w_nk.shape[0])
+        names = []
+        for kind, tensor in (
+            ("packed", torch.ops.onednn.qlinear_prepack(w_nk, None)),
+            ("ones", torch.ones(n)),
+            ("zeros", torch.zeros(n, dtype=torch.int32)),
+        ):
+            names.append(f"_int8_prepacked_{done}_{kind}")
+            setattr(gm, names[-1], tensor)
+        rows = int(val.shape[0])
+        with graph.inserting_before(node):
+            packed, ones, zeros = (graph.get_attr(name) for name in names)
+            x16 = graph.call_function(convert, (x, torch.int16))
+            moved = graph.call_function(aten.add.Tensor, (x16, ZERO_POINT))
+            u8 = graph.call_function(convert, (moved, torch.uint8))
+            y = graph.call_function(
+                torch.ops.onednn.qlinear_pointwise.default,
+                (u8, 1.0, ZERO_POINT, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""),
+            )
+            back = graph.call_function(convert, (y, torch.int32))
+        for made, shape, dtype in (
+            (x16, tuple(val.shape), torch.int16),
+            (moved, tuple(val.shape), torch.int16),
+            (u8, tuple(val.shape), torch.uint8),
+            (y, (rows, n), torch.float32),
+            (back, (rows, n), torch.int32),
+        ):
+            made.meta["val"] = _fake(val, shape, dtype)
+        node.replace_all_uses_with(back)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        graph.eliminate_dead_code()
+    return done
+
+
+class PrepackInt8(CustomGraphPass):
+    """:func:`rewrite` as inductor's ``post_grad_custom_post_pass``; ``uuid`` (inductor's cache key for the
+    pass) is a hash of this module's source, so a change to the rewrite compiles anew."""
+
+    def __init__(self, min_rows: int = MIN_ROWS) -> None:
+        self.min_rows = min_rows
+        self.rewritten = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.rewritten += rewrite(graph, self.min_rows)
+
+    def uuid(self) -> str:
+        source = inspect.getsource(inspect.getmodule(PrepackInt8))  # type: ignore[arg-type]
+        return hashlib.sha256(f"{source}:{self.min_rows}".encode()).hexdigest()
