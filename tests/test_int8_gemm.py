@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import zipfile
 
+import pytest
 import torch
 
 from fastforward.core import int8_gemm
@@ -17,6 +18,26 @@ from .conftest import make_tiny
 PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28]
 
 
+@pytest.mark.parametrize(
+    ("flags", "limit", "usable"),
+    [
+        ({"avx512f", "avx512_vnni"}, "", True),
+        ({"avx512f", "avx512_vnni"}, "AVX512_CORE_VNNI", True),
+        ({"avx512f", "avx512_vnni", "avx512_bf16"}, "AVX512_CORE_BF16", True),
+        ({"avx512f", "avx512_vnni"}, "AVX512_CORE", False),  # oneDNN's AVX-512 int8 without VNNI saturates
+        ({"avx512f", "avx512_vnni"}, "AVX2", False),
+        ({"avx2", "avx_vnni"}, "", True),
+        ({"avx2", "avx_vnni"}, "AVX2", False),
+        ({"avx2", "fma"}, "", False),  # the AVX2-only EPYCs
+    ],
+)
+def test_the_rewrite_runs_only_where_onednn_may_use_vnni(flags, limit, usable) -> None:
+    assert int8_gemm.vnni_usable(flags, limit) is usable
+
+
+@pytest.mark.skipif(
+    not int8_gemm.vnni_usable(), reason="oneDNN's int8 kernels without VNNI saturate (rewrite off)"
+)
 def test_the_prepacked_linear_gives_int_mm_values_where_sums_pass_2_to_the_24() -> None:
     """Extreme activations and weights over 1536 inputs: sums up to 127 * 127 * 1536 (~2^24.6), and the
     uint8 form's up to 255 * 127 * 1536, where float32 no longer holds every integer. Equal to the bit."""
@@ -79,7 +100,8 @@ def test_a_w8a8_package_over_several_tokens_runs_the_prepacked_linear_with_its_1
     assert torch.equal(tree[0], steps[0]) and torch.equal(tree[2], steps[1])
     packages = {p.name: p for p in tmp_path.rglob("*.pt2")}
     assert {n.split("-")[0] for n in packages} == {"k1", "k4"}, packages
+    prepacked = int8_gemm.vnni_usable()  # elsewhere every package keeps _int_mm
     for name, package in packages.items():
         code = _sources(package)
-        assert ("qlinear_pointwise" in code) is name.startswith("k4"), name
-        assert ("_int_mm" in code) is name.startswith("k1"), name
+        assert ("qlinear_pointwise" in code) is (prepacked and name.startswith("k4")), name
+        assert ("_int_mm" in code) is (not prepacked or name.startswith("k1")), name

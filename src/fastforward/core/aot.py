@@ -327,7 +327,11 @@ def build(
         flatten_state_names(program)
         # W8A8's products over 2+ rows through oneDNN's prepacked int8 linear, which only ATen's kernel runs
         # exactly (core.int8_gemm)
-        prepack = int(ids.shape[-1]) >= int8_gemm.MIN_ROWS and int8_gemm.rewritable(program.graph.nodes)
+        prepack = (
+            int(ids.shape[-1]) >= int8_gemm.MIN_ROWS
+            and int8_gemm.rewritable(program.graph.nodes)
+            and int8_gemm.vnni_usable()
+        )
         if prepack:
             gemm = "ATEN"
         if gemm == "CPP" and not shared:  # the templates alone: ATen's GEMMs keep their plain weights

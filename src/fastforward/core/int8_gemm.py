@@ -15,12 +15,14 @@ is a constant (through transposes) becomes oneDNN's u8 x s8 linear of ``x + 128`
 scales and float32 out, over ``W`` prepacked here, converted back to int32 so the model's own scaling
 follows unchanged. AOTInductor keeps prepacked (mkldnn) constants in the package.
 
-Exact: oneDNN subtracts the zero point's share in int32, so the float32 it returns is the integer
-``_int_mm`` computes, rounded once, as ``Int8DynLinear``'s own ``.to(float32)`` rounds it; a token's logits
-are the same whichever width runs it (tests/test_int8_gemm.py). Only through ATen's kernel: inductor's int8
-GEMM template subtracts the zero point after converting to float32, which rounds sums past 2^24 differently,
-so a rewritten package tunes ATen's GEMMs alone (:func:`fastforward.core.aot.build`), and a graph with any
-other GEMM (whose backend that would change) is left as it is (:func:`rewritable`).
+Exact: with VNNI, oneDNN accumulates in int32 and subtracts the zero point's share there, so the float32 it
+returns is the integer ``_int_mm`` computes, rounded once, as ``Int8DynLinear``'s own ``.to(float32)`` rounds
+it; a token's logits are the same whichever width runs it (tests/test_int8_gemm.py). Without VNNI its
+kernels saturate pairs of products in int16, so the rewrite runs only where VNNI is usable
+(:func:`vnni_usable`). Only through ATen's kernel: inductor's int8 GEMM template subtracts the zero point
+after converting to float32, which rounds sums past 2^24 differently, so a rewritten package tunes ATen's
+GEMMs alone (:func:`fastforward.core.aot.build`), and a graph with any other GEMM or attention kernel (whose
+backend that would change) is left as it is (:func:`rewritable`).
 """
 
 from __future__ import annotations
@@ -39,31 +41,55 @@ convert = torch.ops.prims.convert_element_type.default
 MIN_ROWS = 2  # the 1-row product stays on _int_mm (68.1 against 77.5 ms per 1.5B forward, session 53)
 ZERO_POINT = 128  # int8 activations shifted into uint8, the source type oneDNN's int8 linear takes
 _TRANSPOSES = (aten.permute.default, aten.t.default, aten.transpose.int)
-_OTHER_GEMMS = (
-    aten.mm.default,
-    aten.bmm.default,
-    aten.addmm.default,
-    aten.baddbmm.default,
-    aten.matmul.default,
-    aten.linear.default,
-)
+# every op whose kernel the GEMM backends choose (any overload), attention included: its math form is bmm
+_OTHER_GEMMS = {
+    aten.mm,
+    aten.bmm,
+    aten.addmm,
+    aten.baddbmm,
+    aten.matmul,
+    aten.linear,
+    aten._weight_int8pack_mm,
+    aten._weight_int4pack_mm_for_cpu,
+    aten.scaled_dot_product_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu,
+}
+VNNI_ISAS = ("VNNI", "BF16", "FP16", "AMX", "AVX10")  # oneDNN ISA caps that keep its VNNI int8 kernels
+
+
+def vnni_usable(flags: set[str] | None = None, limit: str | None = None) -> bool:
+    """Whether oneDNN may run its u8 x s8 products with VNNI in this process: the CPU has ``avx512_vnni`` or
+    ``avx_vnni`` and no ``ONEDNN_MAX_CPU_ISA`` cap (``limit``) below a VNNI ISA. Defaults: this CPU's usable
+    flags and cap (:mod:`fastforward.hardware`).
+
+    Why: without VNNI, oneDNN adds pairs of u8 x s8 products in int16 with saturation (``vpmaddubsw``), and
+    255 x 127 x 2 overflows it, so the prepacked linear no longer gives ``_int_mm``'s values. Measured on the
+    Ice Lake Xeon: tests/test_int8_gemm.py's equality test fails under ``ONEDNN_MAX_CPU_ISA=AVX2`` and
+    ``AVX512_CORE`` and passes under ``AVX512_CORE_VNNI`` (session 54)."""
+    from fastforward.hardware import cpu_flags, isa_limit
+
+    flags = cpu_flags() if flags is None else flags
+    limit = isa_limit() if limit is None else limit.upper()
+    if limit and limit not in ("ALL", "DEFAULT") and not any(k in limit for k in VNNI_ISAS):
+        return False
+    return bool({"avx512_vnni", "avx_vnni"} & flags)
 
 
 def rewritable(nodes: Iterable[torch.fx.Node]) -> bool:
     """Whether a graph's GEMMs are all ``_int_mm``, at least one: then its package may tune ATen's GEMMs
     alone without changing any other product's kernel."""
-    targets = [n.target for n in nodes if n.op == "call_function"]
-    return aten._int_mm.default in targets and not any(t in _OTHER_GEMMS for t in targets)
+    packets = {getattr(n.target, "overloadpacket", n.target) for n in nodes if n.op == "call_function"}
+    return aten._int_mm in packets and not packets & _OTHER_GEMMS
 
 
-def constant_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
-    """The ``get_attr`` node a GEMM's right operand reads through transposes, and how many transposes (each
-    swaps the two dimensions of a 2-D weight); None when it is not a constant."""
-    flips = 0
+def constant_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]] | None:
+    """The ``get_attr`` node a GEMM's right operand reads through transposes, and those transposes from the
+    constant outwards; None when it is not a constant."""
+    chain: list[torch.fx.Node] = []
     while node.op == "call_function" and node.target in _TRANSPOSES:
-        flips += 1
+        chain.insert(0, node)
         node = node.args[0]  # type: ignore[assignment]
-    return (node, flips) if node.op == "get_attr" else None
+    return (node, chain) if node.op == "get_attr" else None
 
 
 def shifted(x8: torch.Tensor) -> torch.Tensor:
@@ -102,9 +128,11 @@ def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS) -> int:
         val = x.meta.get("val")
         if found is None or val is None or val.dim() != 2 or int(val.shape[0]) < min_rows:
             continue
-        attr, flips = found
+        attr, chain = found
         weight = functools.reduce(getattr, str(attr.target).split("."), gm)
-        w_nk = (weight if flips % 2 else weight.t()).contiguous()  # _int_mm takes [K, N]; prepack [N, K]
+        for op in chain:  # the [K, N] operand _int_mm reads, by the graph's own ops (an identity permute too)
+            weight = op.target(weight, *op.args[1:])  # type: ignore[operator]
+        w_nk = weight.t().contiguous()  # prepack takes [N, K]
         n = int(w_nk.shape[0])
         names = []
         for kind, tensor in (
@@ -147,10 +175,9 @@ class PrepackInt8(CustomGraphPass):
 
     def __init__(self, min_rows: int = MIN_ROWS) -> None:
         self.min_rows = min_rows
-        self.rewritten = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        self.rewritten += rewrite(graph, self.min_rows)
+        rewrite(graph, self.min_rows)
 
     def uuid(self) -> str:
         source = inspect.getsource(inspect.getmodule(PrepackInt8))  # type: ignore[arg-type]
