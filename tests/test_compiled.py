@@ -1011,3 +1011,34 @@ def test_a_chat_loads_the_stored_packages_of_every_model_its_method_runs_before_
     eager = make_tiny("llama", vocab=96, seed=SEED)
     chat_cli.settle(models_run(build_decoder("ar", eager), eager))
     assert moved == [1]  # nothing compiled: no move
+
+
+def test_a_chain_wider_than_every_compiled_width_goes_through_the_graphs_in_pieces(monkeypatch) -> None:
+    """sd's gamma grows to 12; with graphs for widths 1 and 4 its 13-token verify used to run eagerly,
+    whose kernels compute otherwise than the compiled AR step's (session 54: the 1.5B W8A8 pair's sd left
+    its AR on 2 of 3 GSM8K prompts). Now the chain goes through the 4-token graph in pieces: each token's
+    logits are its compiled 1-token step's and the eager forward never runs. (W8A8, whose graphs give a
+    token the same bits at every width; float32's differ in the last bits between widths anyway.)"""
+    from fastforward.models.quantize import quantized_copy
+
+    model = quantized_copy(make_tiny("llama", vocab=96, seed=SEED).model, 8, activations=True)
+    runner = compile_forward(model, capacity=256, mode=None, widths=(1, 4))
+    chain = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
+    engine = ModelEngine(model)
+    with torch.inference_mode():
+        engine.start(torch.tensor([PROMPT]), capacity=len(PROMPT) + 16)
+        steps = []
+        for t in chain:
+            steps.append(engine.forward([Block.chain([t])]).logits[0][-1].clone())
+            engine.keep([[0]])
+        engine.truncate(0, len(PROMPT))
+        monkeypatch.setattr(runner, "eager", lambda *a, **k: pytest.fail("ran eagerly"))
+        wide = engine.forward([Block.chain(chain)])
+        assert wide.sizes == [len(chain)] and engine.lengths == [len(PROMPT)]
+        torch.testing.assert_close(wide.logits[0], torch.stack(steps), rtol=0, atol=0)
+        engine.keep([list(range(len(chain)))])
+        assert engine.lengths == [len(PROMPT) + len(chain)]
+        nxt = engine.forward([Block.chain([50])]).logits[0][-1]
+    engine.close()
+    assert engine.ran == "compiled" and runner.used == {1, 4}
+    assert torch.isfinite(nxt).all()

@@ -457,6 +457,8 @@ class ModelEngine:
         width = self._width(k)
         if width is not None and self._start + width <= self.cache.capacity:
             return self._fixed_forward(blocks, pad_id, hidden, width, param)
+        if self._chunkable(blocks, k):
+            return self._chunked_chain(blocks[0], pad_id, hidden)
         ids, pos, mask = block_inputs(
             m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
             span=self.cache.capacity if self._runner is not None else 0,
@@ -472,6 +474,40 @@ class ModelEngine:
         sizes = [len(b.tokens) for b in blocks]
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
         return Forward(out.logits, sizes, states, ids.numel(), ms)
+
+    def _chunkable(self, blocks: Sequence[Block], k: int) -> bool:
+        """Whether a forward wider than every compiled width is one row's chain that can go through the
+        compiled graphs in pieces (:meth:`_chunked_chain`): batch 1, its cache compacted to its committed
+        tokens, room for the chain in the fixed cache."""
+        return (
+            self._runner is not None
+            and len(blocks) == 1
+            and blocks[0].parents == chain_parents(k)
+            and self.lengths == [self._start]
+            and self._start + k <= self.cache.capacity
+            and self._width(1) is not None
+        )
+
+    def _chunked_chain(self, block: Block, pad_id: int, hidden: bool) -> Forward:
+        """A chain wider than every compiled width, fed through the widest graph in consecutive pieces, each
+        piece attending to the ones before it as to committed tokens: the logits a single forward would give,
+        from the compiled graphs. Why: the eager forward past the widest bucket computes differently (other
+        kernels, other reduction orders), so a draft longer than the widest bucket (sd's gamma grows to
+        12) verified eagerly could pick another token than the compiled AR step; the 1.5B W8A8 pair with
+        buckets 1, 4 and 8 matched its AR on 1 of 3 GSM8K prompts that way (session 54)."""
+        start, widest = self._start, max(w for w in self._runner.widths if w in self.widths)  # type: ignore[union-attr]
+        parts: list[Forward] = []
+        try:
+            for s in range(0, len(block.tokens), widest):
+                self.lengths[0] = start + s  # the pieces before this one are its context
+                parts.append(self.forward([Block.chain(block.tokens[s : s + widest])], pad_id, hidden))
+        finally:
+            self.lengths[0], self._start = start, start
+        logits = torch.cat([p.logits[0] for p in parts])[None]
+        states = [torch.cat([p.hidden[0] for p in parts])] if hidden else None  # type: ignore[index]
+        return Forward(
+            logits, [len(block.tokens)], states, sum(p.fed for p in parts), sum(p.ms for p in parts)
+        )
 
     def _width(self, k: int) -> int | None:
         """The compiled width a forward over ``k`` tokens pads up to: the narrowest that both this engine

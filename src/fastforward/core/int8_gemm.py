@@ -5,7 +5,7 @@ int8 weights in their plain layout on every call. On a 2-core Ice Lake Xeon (AVX
 GEMMs for one Qwen2.5-Coder-1.5B forward cost 68.1 ms over 1 row but 163.6 / 154.7 ms over 2 / 8 rows, which
 is most of why the 1.5B's 8-token W8A8 forward cost 3.3x its 1-token one; oneDNN's int8 linear over
 weights it laid out once (``onednn.qlinear_prepack``) costs 77.5 / 98.0 / 111.7 ms for 1 / 2 / 8 rows
-(results/compiled_s53/qlinear.txt). So a package for 2 or more fed tokens runs its int8 GEMMs through the
+(results/compiled_s53/qlinear.txt). So a package for 2 or more fed tokens runs its large int8 GEMMs (:data:`MIN_WEIGHT`) through the
 prepacked linear, and the 1-token package keeps ``_int_mm``.
 
 How: ``torch.export`` cannot trace ``qlinear_prepack`` (it has no fake implementation), so the model keeps
@@ -39,6 +39,12 @@ aten = torch.ops.aten
 convert = torch.ops.prims.convert_element_type.default
 
 MIN_ROWS = 2  # the 1-row product stays on _int_mm (68.1 against 77.5 ms per 1.5B forward, session 53)
+# weights of at least this many int8 values (K x N) only: oneDNN's linear costs ~0.06-0.09 ms a call whatever
+# its size, so on SmolLM2's 576 x 576-1536 layers it lost to _int_mm at every row count (0.08 against 0.02-0.06
+# ms), broke even on the 1.5B's 1536 x 1536 (0.15 / 0.18 against 0.14 / 0.18 ms at 2 / 8 rows) and won from
+# 13.8M values (1536 x 8960: 0.45 / 0.66 against 0.92 / 1.09 ms) and on both heads
+# (results/compiled_s54/qlinear_shapes.txt)
+MIN_WEIGHT = 8 * 2**20
 ZERO_POINT = 128  # int8 activations shifted into uint8, the source type oneDNN's int8 linear takes
 _TRANSPOSES = (aten.permute.default, aten.t.default, aten.transpose.int)
 # every op whose kernel the GEMM backends choose (any overload), attention included: its math form is bmm
@@ -113,10 +119,10 @@ def _fake(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> tor
         return torch.empty(shape, dtype=dtype)
 
 
-def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS) -> int:
-    """Replace each ``_int_mm`` of ``graph`` over a constant weight and at least ``min_rows`` rows by the
-    prepacked linear (module docstring). The graph's module gets the prepacked weights, scales and zero points
-    as attributes. Returns how many GEMMs were rewritten."""
+def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = MIN_WEIGHT) -> int:
+    """Replace each ``_int_mm`` of ``graph`` over a constant weight of at least ``min_weight`` values and at
+    least ``min_rows`` rows by the prepacked linear (module docstring). The graph's module gets the prepacked
+    weights, scales and zero points as attributes. Returns how many GEMMs were rewritten."""
     gm = graph.owning_module
     assert gm is not None
     done = 0
@@ -132,6 +138,8 @@ def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS) -> int:
         weight = functools.reduce(getattr, str(attr.target).split("."), gm)
         for op in chain:  # the [K, N] operand _int_mm reads, by the graph's own ops (an identity permute too)
             weight = op.target(weight, *op.args[1:])  # type: ignore[operator]
+        if weight.numel() < min_weight:
+            continue
         w_nk = weight.t().contiguous()  # prepack takes [N, K]
         n = int(w_nk.shape[0])
         names = []
@@ -173,12 +181,13 @@ class PrepackInt8(CustomGraphPass):
     """:func:`rewrite` as inductor's ``post_grad_custom_post_pass``; ``uuid`` (inductor's cache key for the
     pass) is a hash of this module's source, so a change to the rewrite compiles anew."""
 
-    def __init__(self, min_rows: int = MIN_ROWS) -> None:
+    def __init__(self, min_rows: int = MIN_ROWS, min_weight: int | None = None) -> None:
         self.min_rows = min_rows
+        self.min_weight = MIN_WEIGHT if min_weight is None else min_weight  # read when built: tests lower it
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        rewrite(graph, self.min_rows)
+        rewrite(graph, self.min_rows, self.min_weight)
 
     def uuid(self) -> str:
         source = inspect.getsource(inspect.getmodule(PrepackInt8))  # type: ignore[arg-type]
-        return hashlib.sha256(f"{source}:{self.min_rows}".encode()).hexdigest()
+        return hashlib.sha256(f"{source}:{self.min_rows}:{self.min_weight}".encode()).hexdigest()
