@@ -27,7 +27,7 @@ from fastforward.core.compiled import (
     tier,
     tiers,
 )
-from fastforward.core.engine import Block, ModelEngine, compile_forward, warm_buckets
+from fastforward.core.engine import Block, ModelEngine, chain_pieces, compile_forward, warm_buckets
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative import draft_models
 from tests.conftest import greedy_config, make_tiny
@@ -1042,3 +1042,46 @@ def test_a_chain_wider_than_every_compiled_width_goes_through_the_graphs_in_piec
     engine.close()
     assert engine.ran == "compiled" and runner.used == {1, 4}
     assert torch.isfinite(nxt).all()
+
+
+def test_chain_pieces_pad_the_rest_only_where_the_cache_has_room() -> None:
+    """Widest pieces first, the rest padded up to its bucket; near the end of the cache the rest is cut into
+    pieces that fill a width exactly (padding would write past the last slot); None when nothing fits."""
+    assert chain_pieces(10, (1, 4), room=64) == [(4, 4), (4, 4), (2, 4)]
+    assert chain_pieces(10, (1, 4), room=10) == [(4, 4), (4, 4), (1, 1), (1, 1)]
+    assert chain_pieces(13, (1, 4, 8), room=13) == [(8, 8), (4, 4), (1, 1)]
+    assert chain_pieces(13, (1, 4, 8), room=16) == [(8, 8), (5, 8)]
+    assert chain_pieces(6, (4,), room=6) is None  # the last 2 fill no width
+    assert chain_pieces(9, (1, 4), room=8) is None
+
+
+def test_a_wide_chain_at_the_end_of_the_fixed_cache_fills_its_last_slots_exactly(monkeypatch) -> None:
+    """A 10-token chain whose last slot is the fixed cache's last: pieces of 4, 4 and a padded 4 would write
+    past it, so the rest goes through the 1-token graph (this used to recurse without end), and every
+    token's logits are still its 1-token step's."""
+    from fastforward.models.quantize import quantized_copy
+
+    model = quantized_copy(make_tiny("llama", vocab=96, seed=SEED).model, 8, activations=True)
+    runner = compile_forward(model, capacity=256, mode=None, widths=(1, 4))
+    engine = ModelEngine(model)
+    prompt = [(7 * i + 3) % 96 for i in range(224)]
+    chain = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
+    with torch.inference_mode():
+        engine.start(torch.tensor([prompt]), capacity=len(prompt))
+        capacity = engine.cache.capacity
+        for t in range(capacity - len(chain) - len(prompt)):  # fill up to 10 slots before the end
+            engine.forward([Block.chain([t % 96])])
+            engine.keep([[0]])
+        start = engine.lengths[0]
+        assert start + len(chain) == capacity
+        steps = []
+        for t in chain:
+            steps.append(engine.forward([Block.chain([t])]).logits[0][-1].clone())
+            engine.keep([[0]])
+        engine.truncate(0, start)
+        monkeypatch.setattr(runner, "eager", lambda *a, **k: pytest.fail("ran eagerly"))
+        wide = engine.forward([Block.chain(chain)])
+        torch.testing.assert_close(wide.logits[0], torch.stack(steps), rtol=0, atol=0)
+        assert engine.lengths == [start] and wide.fed == 4 + 4 + 1 + 1
+    engine.close()
+    assert engine.ran == "compiled"

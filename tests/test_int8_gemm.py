@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from fastforward.core import int8_gemm
-from fastforward.core.engine import Block, ModelEngine, compile_forward
+from fastforward.core.engine import compile_forward
 from fastforward.models.quantize import Int8DynLinear, quantized_copy
 
-from .conftest import make_tiny
+from .conftest import assert_wider_forwards_keep_step_bits, make_tiny
 
 PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28]
 
@@ -87,20 +87,7 @@ def test_a_w8a8_package_over_several_tokens_runs_the_prepacked_linear_with_its_1
     torch.manual_seed(3)
     model = quantized_copy(make_tiny("llama", vocab=96, seed=5).model, 8, activations=True)
     compile_forward(model, capacity=256, mode=None, store=tmp_path, widths=(1, 4))
-    engine = ModelEngine(model)
-    with torch.inference_mode():
-        engine.start(torch.tensor([PROMPT]), capacity=len(PROMPT) + 8)
-        steps = []
-        for t in PROMPT[:4]:
-            steps.append(engine.forward([Block.chain([t])]).logits[0][-1].clone())
-            engine.keep([[0]])
-        engine.truncate(0, len(PROMPT))
-        wide = engine.forward([Block.chain(PROMPT[:4])]).logits[0].clone()
-        engine.truncate(0, len(PROMPT))
-        tree = engine.forward([Block([PROMPT[0], 50, PROMPT[1]], [-1, 0, 0])]).logits[0].clone()
-    assert engine.ran == "compiled"
-    assert all(torch.equal(wide[i], steps[i]) for i in range(4))
-    assert torch.equal(tree[0], steps[0]) and torch.equal(tree[2], steps[1])
+    assert_wider_forwards_keep_step_bits(model, PROMPT)
     packages = {p.name: p for p in tmp_path.rglob("*.pt2")}
     assert {n.split("-")[0] for n in packages} == {"k1", "k4"}, packages
     prepacked = int8_gemm.vnni_usable()  # elsewhere every package keeps _int_mm

@@ -22,14 +22,20 @@ import torch
 from fastforward.bench.report import QUANT_NOTE, W8A8_NOTE, markdown_table
 from fastforward.core.aot import serial_row_chunk
 from fastforward.core.compiled import ROWWISE, grouped_attention, rowwise_attention
-from fastforward.core.engine import Block, ModelEngine, compile_forward
+from fastforward.core.engine import compile_forward
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model, weights_of
 from fastforward.models.quantize import layer_kinds, quantize_linear, quantize_rows, quantized_copy
 from fastforward.models.weights import weights_error
 
-from .conftest import TEST_THREADS, greedy_ar, greedy_config, make_tiny
+from .conftest import (
+    TEST_THREADS,
+    assert_wider_forwards_keep_step_bits,
+    greedy_ar,
+    greedy_config,
+    make_tiny,
+)
 
 PROMPT = [5, 17, 33, 2, 90, 41, 7, 64, 12, 3, 28] * 3  # repetitive: pld finds guesses
 
@@ -201,21 +207,7 @@ def test_compiled_w8a8_gives_a_token_its_1_token_bits_in_a_wider_forward() -> No
     )  # fmt: skip
     model = quantized_copy(LlamaForCausalLM(cfg).eval().requires_grad_(False), 8, activations=True)
     compile_forward(model, capacity=256, mode=None, widths=(1, 4))
-    engine = ModelEngine(model)
-    with torch.inference_mode():
-        engine.start(torch.tensor([PROMPT]), capacity=len(PROMPT) + 8)
-        steps = []
-        for t in PROMPT[:4]:
-            steps.append(engine.forward([Block.chain([t])]).logits[0][-1].clone())
-            engine.keep([[0]])
-        engine.truncate(0, len(PROMPT))
-        wide = engine.forward([Block.chain(PROMPT[:4])]).logits[0].clone()
-        engine.truncate(0, len(PROMPT))
-        # a tree: the last node's ancestors are the first (and the prompt); its sibling's slot lies between
-        tree = engine.forward([Block([PROMPT[0], 50, PROMPT[1]], [-1, 0, 0])]).logits[0].clone()
-    assert engine.ran == "compiled"
-    assert all(torch.equal(wide[i], steps[i]) for i in range(4))
-    assert torch.equal(tree[0], steps[0]) and torch.equal(tree[2], steps[1])
+    assert_wider_forwards_keep_step_bits(model, PROMPT)
 
 
 @pytest.mark.parametrize(

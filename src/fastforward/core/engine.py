@@ -457,8 +457,8 @@ class ModelEngine:
         width = self._width(k)
         if width is not None and self._start + width <= self.cache.capacity:
             return self._fixed_forward(blocks, pad_id, hidden, width, param)
-        if self._chunkable(blocks, k):
-            return self._chunked_chain(blocks[0], pad_id, hidden)
+        if (pieces := self._chunkable(blocks, k)) is not None:
+            return self._chunked_chain(blocks[0], pieces, pad_id, hidden)
         ids, pos, mask = block_inputs(
             m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
             span=self.cache.capacity if self._runner is not None else 0,
@@ -475,32 +475,39 @@ class ModelEngine:
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
         return Forward(out.logits, sizes, states, ids.numel(), ms)
 
-    def _chunkable(self, blocks: Sequence[Block], k: int) -> bool:
-        """Whether a forward wider than every compiled width is one row's chain that can go through the
-        compiled graphs in pieces (:meth:`_chunked_chain`): batch 1, its cache compacted to its committed
-        tokens, room for the chain in the fixed cache."""
-        return (
+    def _chunkable(self, blocks: Sequence[Block], k: int) -> list[tuple[int, int]] | None:
+        """The pieces (:func:`chain_pieces`) in which a forward wider than every compiled width can go
+        through the compiled graphs (:meth:`_chunked_chain`), or None: only one row's chain, its cache
+        compacted to its committed tokens, with room for the pieces in the fixed cache."""
+        if not (
             self._runner is not None
             and len(blocks) == 1
             and blocks[0].parents == chain_parents(k)
             and self.lengths == [self._start]
-            and self._start + k <= self.cache.capacity
-            and self._width(1) is not None
-        )
+        ):
+            return None
+        widths = [w for w in self._runner.widths if w in self.widths]
+        return chain_pieces(k, widths, self.cache.capacity - self._start) if widths else None
 
-    def _chunked_chain(self, block: Block, pad_id: int, hidden: bool) -> Forward:
-        """A chain wider than every compiled width, fed through the widest graph in consecutive pieces, each
-        piece attending to the ones before it as to committed tokens: the logits a single forward would give,
-        from the compiled graphs. Why: the eager forward past the widest bucket computes differently (other
-        kernels, other reduction orders), so a draft longer than the widest bucket (sd's gamma grows to
-        12) verified eagerly could pick another token than the compiled AR step; the 1.5B W8A8 pair with
-        buckets 1, 4 and 8 matched its AR on 1 of 3 GSM8K prompts that way (session 54)."""
-        start, widest = self._start, max(w for w in self._runner.widths if w in self.widths)  # type: ignore[union-attr]
+    def _chunked_chain(
+        self, block: Block, pieces: list[tuple[int, int]], pad_id: int, hidden: bool
+    ) -> Forward:
+        """A chain wider than every compiled width, fed through the compiled graphs in consecutive
+        ``pieces`` ((tokens, width) each), each piece attending to the ones before it as to committed
+        tokens: the logits a single forward would give, from the compiled graphs. Why: the eager forward
+        past the widest bucket computes differently (other kernels, other reduction orders), so a draft
+        longer than the widest bucket (sd's gamma grows to 12) verified eagerly could pick another token
+        than the compiled AR step; the 1.5B W8A8 pair with buckets 1, 4 and 8 matched its AR on 1 of 3
+        GSM8K prompts that way (session 54)."""
+        start, param = self._start, next(self.model.parameters())
         parts: list[Forward] = []
         try:
-            for s in range(0, len(block.tokens), widest):
-                self.lengths[0] = start + s  # the pieces before this one are its context
-                parts.append(self.forward([Block.chain(block.tokens[s : s + widest])], pad_id, hidden))
+            at = 0
+            for n, width in pieces:
+                self.lengths[0] = self._start = start + at  # the pieces before this one are its context
+                piece = [Block.chain(block.tokens[at : at + n])]
+                parts.append(self._fixed_forward(piece, pad_id, hidden, width, param))
+                at += n
         finally:
             self.lengths[0], self._start = start, start
         logits = torch.cat([p.logits[0] for p in parts])[None]
@@ -612,6 +619,28 @@ class ModelEngine:
             select(self.cache, keep, self.lengths)
         else:
             self.cache = None
+
+
+def chain_pieces(k: int, widths: Sequence[int], room: int) -> list[tuple[int, int]] | None:
+    """How a chain of ``k`` tokens goes through graphs of ``widths`` fed tokens in consecutive pieces, as
+    (tokens, width) pairs, within ``room`` cache slots: pieces of the widest width, then the rest padded up
+    to its bucket, or, where that padding would run past ``room``, cut into pieces that fill a width
+    exactly. None when ``k`` does not fit in ``room`` or the rest has no such cut."""
+    if k > room:
+        return None
+    widest, pieces, at = max(widths), [], 0
+    while at < k:
+        n = min(k - at, widest)
+        width = bucket(n, widths)
+        assert width is not None  # n <= widest
+        if at + width > room:  # the padded piece would write past the cache: the widest it fills
+            width = max((w for w in widths if w <= n), default=0)
+            if width == 0:
+                return None
+            n = width
+        pieces.append((n, width))
+        at += n
+    return pieces
 
 
 def stored_widths(model: torch.nn.Module, hidden: bool = False) -> tuple[int, ...]:
