@@ -234,6 +234,19 @@ ROW_SLOTS = 64
 DENOMINATOR_LANES = 16
 
 
+def materialized(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself (a view of all of it, eagerly); under inductor, a buffer written once before its readers.
+
+    Why: inductor inlines a chain of elementwise producers into the loop that reads it. The query that
+    :func:`rowwise_attention` reads is such a chain (the int8 product dequantized, plus the bias, rotated by
+    cosines and sines computed from the positions), and its score loop reads each query element once per
+    cache slot: the whole chain, two vectorized transcendentals included, ran 512 times per element. That
+    kernel took ~4 ms of each layer's 8-token W8A8 step on the Qwen2.5-1.5B, half of the step (session 55,
+    inductor's kernel profile). ``as_strided`` is lowered on a realized buffer with the strides given, so
+    the chain runs once per element; the values it stores are the ones it computed, so no bit changes."""
+    return torch.as_strided(t, t.shape, t.stride(), t.storage_offset())
+
+
 def rowwise_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -268,6 +281,8 @@ def rowwise_attention(
     ~1.5-2.5x it for 8 (results/compiled_s53/attention.txt); eagerly the products are materialized ([rows,
     slots, head dim] per layer)."""
     gather = not torch.compiler.is_compiling() if gather is None else gather
+    if not gather:
+        query = materialized(query)
     if gather and (pad := -key.shape[2] % ROW_SLOTS):
         key, value = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (key, value))
         mask = torch.nn.functional.pad(mask, (0, pad), value=False if mask.dtype == torch.bool else -math.inf)
