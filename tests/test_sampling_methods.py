@@ -30,6 +30,7 @@ from fastforward.core.decoder import Decoder, GenerationConfig, SamplingConfig
 from fastforward.decoders import chimera as chimera_module
 from fastforward.decoders.chimera import ChimeraDecoder, ChimeraOptions
 from fastforward.decoders.registry import build_decoder
+from fastforward.decoders.suffix import SuffixDecoder, SuffixOptions
 from fastforward.models.loading import LoadedModel
 
 from .test_sd_sampling_distribution import (
@@ -54,8 +55,10 @@ BUILDERS: dict[str, Callable[[LoadedModel], Decoder]] = {
     "jacobi": lambda t: build_decoder("jacobi", t, None, {"block_size": 4}),
     # recycled top-k candidates: a tree every step whose anchor has a row
     "recycle": lambda t: build_decoder("recycle", t, None, {"tree": "static", "topk": 4}),
-    # suffix-trie continuations of the repetitive prompt (and, unseeded, of earlier outputs)
-    "suffix": lambda t: build_decoder("suffix", t, None, {"min_score": 0.0}),
+    # suffix-trie continuations of the repetitive prompt (and, unseeded, of earlier outputs); a flat cost curve,
+    # as recycle's static tree: sized from this machine's measured curve, suffix accepted a guess in 32 steps of 2000
+    # generations under a CI run's load (session 55), too few for the test's power
+    "suffix": lambda t: SuffixDecoder(t.model, SuffixOptions(min_score=0.0), verify_curve=lambda k: 1.0),
     "chimera": lambda t: ChimeraDecoder(t.model, new_draft(t.model), ChimeraOptions()),
     # the heads' top-1 chain plus a prompt-lookup branch grafted where it leaves the chain
     "chimera-lookup": lambda t: ChimeraDecoder(
