@@ -1,5 +1,10 @@
-"""Kernel-level profile of the 1.5B W8A8 compiled 1- and 8-token steps: packages built with inductor's
-cpp.enable_kernel_profile into a scratch store."""
+"""Where a compiled W8A8 step's time goes, kernel by kernel: packages built with inductor's
+cpp.enable_kernel_profile (each generated kernel records itself for torch.profiler) into a scratch STORE (the
+flag is not part of a package's fingerprint, so never the real store), then 1- and k-token chains after a
+200-token prompt under torch.profiler; a chrome trace per width lands beside the packages.
+
+    PYTHONPATH=src python results/compiled_s55/kernel_profile.py qwen2.5-coder-1.5b 1,8 /tmp/kstore [w8a8|full]
+"""
 import sys, time
 from pathlib import Path
 import torch
@@ -10,7 +15,8 @@ from fastforward.core.engine import Block, ModelEngine, compile_forward
 from fastforward.models.loading import load_model
 
 ref = sys.argv[1]; ws = [int(x) for x in sys.argv[2].split(",")]; store = Path(sys.argv[3])
-lm = load_model(ref, "float32", path="default", threads=2, weights="w8a8")
+weights = sys.argv[4] if len(sys.argv) > 4 else "w8a8"
+lm = load_model(ref, "float32", path="default", threads=2, weights=weights)
 compile_forward(lm.model, store=store, widths=ws)
 engine = ModelEngine(lm.model)
 prompt = torch.arange(100, 300)[None]
@@ -29,4 +35,4 @@ with torch.inference_mode():
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(10): step(w)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60), flush=True)
-        prof.export_chrome_trace(f"/tmp/s55/trace_{ref}_k{w}.json")
+        prof.export_chrome_trace(str(store / f"trace_{ref}_k{w}.json"))
