@@ -1051,6 +1051,7 @@ def test_chain_pieces_pad_the_rest_only_where_the_cache_has_room() -> None:
     assert chain_pieces(10, (1, 4), room=10) == [(4, 4), (4, 4), (1, 1), (1, 1)]
     assert chain_pieces(13, (1, 4, 8), room=13) == [(8, 8), (4, 4), (1, 1)]
     assert chain_pieces(13, (1, 4, 8), room=16) == [(8, 8), (5, 8)]
+    assert chain_pieces(2, (1, 4), room=2) == [(1, 1), (1, 1)]  # narrower than a width, but not padded
     assert chain_pieces(6, (4,), room=6) is None  # the last 2 fill no width
     assert chain_pieces(9, (1, 4), room=8) is None
 
@@ -1083,5 +1084,11 @@ def test_a_wide_chain_at_the_end_of_the_fixed_cache_fills_its_last_slots_exactly
         wide = engine.forward([Block.chain(chain)])
         torch.testing.assert_close(wide.logits[0], torch.stack(steps), rtol=0, atol=0)
         assert engine.lengths == [start] and wide.fed == 4 + 4 + 1 + 1
+        # a 2-token chain in the last 2 slots: narrower than the 4-token graph, which would pad past the end
+        engine.keep([list(range(len(chain)))])
+        engine.truncate(0, capacity - 2)
+        last = engine.forward([Block.chain(chain[-2:])])
+        torch.testing.assert_close(last.logits[0], torch.stack(steps[-2:]), rtol=0, atol=0)
+        assert last.fed == 2
     engine.close()
     assert engine.ran == "compiled"

@@ -241,9 +241,11 @@ def materialized(t: torch.Tensor) -> torch.Tensor:
     :func:`rowwise_attention` reads is such a chain (the int8 product dequantized, plus the bias, rotated by
     cosines and sines computed from the positions), and its score loop reads each query element once per
     cache slot: the whole chain, two vectorized transcendentals included, ran 512 times per element. That
-    kernel took ~4 ms of each layer's 8-token W8A8 step on the Qwen2.5-1.5B, half of the step (session 55,
-    inductor's kernel profile). ``as_strided`` is lowered on a realized buffer with the strides given, so
-    the chain runs once per element; the values it stores are the ones it computed, so no bit changes."""
+    kernel took ~4.9 ms of each layer's 8-token W8A8 step on the Qwen2.5-1.5B, nearly half of the step
+    (session 55, inductor's kernel profile). ``as_strided`` is lowered on a realized buffer with the strides
+    given, so the chain runs once per element. Measured, not assumed: every width still gives a token its
+    1-token step's logits bit for bit on SmolLM2 and the 1.5B (results/compiled_s55/widths.log), and the
+    methods stay on their AR's tokens."""
     return torch.as_strided(t, t.shape, t.stride(), t.storage_offset())
 
 

@@ -476,9 +476,10 @@ class ModelEngine:
         return Forward(out.logits, sizes, states, ids.numel(), ms)
 
     def _chunkable(self, blocks: Sequence[Block], k: int) -> list[tuple[int, int]] | None:
-        """The pieces (:func:`chain_pieces`) in which a forward wider than every compiled width can go
-        through the compiled graphs (:meth:`_chunked_chain`), or None: only one row's chain, its cache
-        compacted to its committed tokens, with room for the pieces in the fixed cache."""
+        """The pieces (:func:`chain_pieces`) in which a forward that no single compiled graph can take (wider
+        than every compiled width, or whose padded width runs past the fixed cache's end) can go through the
+        compiled graphs (:meth:`_chunked_chain`), or None: only one row's chain, its cache compacted to its
+        committed tokens, with room for the pieces in the fixed cache."""
         if not (
             self._runner is not None
             and len(blocks) == 1
@@ -492,8 +493,8 @@ class ModelEngine:
     def _chunked_chain(
         self, block: Block, pieces: list[tuple[int, int]], pad_id: int, hidden: bool
     ) -> Forward:
-        """A chain wider than every compiled width, fed through the compiled graphs in consecutive
-        ``pieces`` ((tokens, width) each), each piece attending to the ones before it as to committed
+        """A chain that no single compiled graph can take (:meth:`_chunkable`), fed through the compiled
+        graphs in consecutive ``pieces`` ((tokens, width) each), each piece attending to the ones before it as to committed
         tokens: the logits a single forward would give, from the compiled graphs. Why: the eager forward
         past the widest bucket computes differently (other kernels, other reduction orders), so a draft
         longer than the widest bucket (sd's gamma grows to 12) verified eagerly could pick another token
@@ -508,6 +509,11 @@ class ModelEngine:
                 piece = [Block.chain(block.tokens[at : at + n])]
                 parts.append(self._fixed_forward(piece, pad_id, hidden, width, param))
                 at += n
+        except BaseException:
+            self.cache.advance(
+                start
+            )  # the pieces that ran are dropped, as a failed single forward's would be
+            raise
         finally:
             self.lengths[0], self._start = start, start
         logits = torch.cat([p.logits[0] for p in parts])[None]
