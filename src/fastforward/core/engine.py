@@ -457,7 +457,7 @@ class ModelEngine:
         width = self._width(k)
         if width is not None and self._start + width <= self.cache.capacity:
             return self._fixed_forward(blocks, pad_id, hidden, width, param)
-        if (pieces := self._chunkable(blocks, k)) is not None:
+        if (pieces := self._chunk_plan(blocks, k)) is not None:
             return self._chunked_chain(blocks[0], pieces, pad_id, hidden)
         ids, pos, mask = block_inputs(
             m, self.lengths, blocks, self._start, pad_id, param.dtype, param.device,
@@ -475,7 +475,7 @@ class ModelEngine:
         states = [out.hidden_states[-1][r, :n] for r, n in enumerate(sizes)] if hidden else None
         return Forward(out.logits, sizes, states, ids.numel(), ms)
 
-    def _chunkable(self, blocks: Sequence[Block], k: int) -> list[tuple[int, int]] | None:
+    def _chunk_plan(self, blocks: Sequence[Block], k: int) -> list[tuple[int, int]] | None:
         """The pieces (:func:`chain_pieces`) in which a forward that no single compiled graph can take (wider
         than every compiled width, or whose padded width runs past the fixed cache's end) can go through the
         compiled graphs (:meth:`_chunked_chain`), or None: only one row's chain, its cache compacted to its
@@ -493,13 +493,13 @@ class ModelEngine:
     def _chunked_chain(
         self, block: Block, pieces: list[tuple[int, int]], pad_id: int, hidden: bool
     ) -> Forward:
-        """A chain that no single compiled graph can take (:meth:`_chunkable`), fed through the compiled
-        graphs in consecutive ``pieces`` ((tokens, width) each), each piece attending to the ones before it as to committed
-        tokens: the logits a single forward would give, from the compiled graphs. Why: the eager forward
-        past the widest bucket computes differently (other kernels, other reduction orders), so a draft
-        longer than the widest bucket (sd's gamma grows to 12) verified eagerly could pick another token
-        than the compiled AR step; the 1.5B W8A8 pair with buckets 1, 4 and 8 matched its AR on 1 of 3
-        GSM8K prompts that way (session 54)."""
+        """A chain that no single compiled graph can take (:meth:`_chunk_plan`), fed through the compiled
+        graphs in consecutive ``pieces`` ((tokens, width) each), each piece attending to the ones before it
+        as to committed tokens: the logits a single forward would give, from the compiled graphs. Why: the
+        eager forward past the widest bucket computes differently (other kernels, other reduction orders),
+        so a draft longer than the widest bucket (sd's gamma grows to 12) verified eagerly could pick
+        another token than the compiled AR step; the 1.5B W8A8 pair with buckets 1, 4 and 8 matched its AR
+        on 1 of 3 GSM8K prompts that way (session 54)."""
         start, param = self._start, next(self.model.parameters())
         parts: list[Forward] = []
         try:
@@ -510,9 +510,8 @@ class ModelEngine:
                 parts.append(self._fixed_forward(piece, pad_id, hidden, width, param))
                 at += n
         except BaseException:
-            self.cache.advance(
-                start
-            )  # the pieces that ran are dropped, as a failed single forward's would be
+            # the pieces that ran are dropped, as a failed single forward's would be
+            self.cache.advance(start)
             raise
         finally:
             self.lengths[0], self._start = start, start
