@@ -620,6 +620,15 @@ def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monk
     monkeypatch.setattr("fastforward.hardware.cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert gemm_backends(torch.bfloat16, amx=False, width=1) == "ATEN"
+    # float32 packages: the templates up to 8 tokens, wider ones too under AVX2, oneDNN's linear with AVX-512;
+    # int8 weights and graphs compiled in process (width None) keep inductor's default
+    assert [gemm_backends(torch.float32, width=w) for w in (1, 8, 16, 32)] == ["CPP"] * 4
+    assert gemm_backends(torch.float32, width=None) == "ATEN,TRITON,CPP"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert [gemm_backends(torch.float32, width=w) for w in (1, 8, 16, 32)] == ["CPP", "CPP", "ATEN", "ATEN"]
+    assert gemm_backends(torch.float32, width=1, quantized=True) == "ATEN,TRITON,CPP"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert gemm_backends(torch.float32, width=1) == "ATEN,TRITON,CPP"
     monkeypatch.undo()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the cap removes avx512_bf16 from the usable flags
     assert not amx_usable() and gemm_backends(torch.bfloat16) == "ATEN"

@@ -321,12 +321,17 @@ def rowwise_attention(
 
 
 def gemm_backends(
-    dtype: torch.dtype, amx: bool | None = None, int4: bool = False, width: int | None = None
+    dtype: torch.dtype,
+    amx: bool | None = None,
+    int4: bool = False,
+    width: int | None = None,
+    quantized: bool = False,
 ) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype`` and a package for ``width`` fed
-    tokens (None: a graph compiled in this process, which serves any width): its own GEMM templates in
-    float32, where they beat oneDNN's kernels (compiled AR 59.4 tok/s against 26.9 with ATen alone); in
-    bfloat16 (int8 weights alike: their kernels take bf16 activations) the templates where the process may
+    tokens (None: a graph compiled in this process, which serves any width): in float32 with full weights
+    (not ``quantized``) its own GEMM templates up to :data:`FP32_TEMPLATE_WIDTH` tokens and, wider, the
+    templates under AVX2 and oneDNN's linear with AVX-512 (below); in bfloat16 (int8 weights alike: their
+    kernels take bf16 activations) the templates where the process may
     use AMX (``amx``; None: :func:`amx_usable`), and on AVX-512 without AMX the templates for 1-4 tokens and
     ATen (oneDNN, weights prepacked by freezing; ``_weight_int8pack_mm`` for int8) from 8; float16, int4
     weights (``int4``) and AVX2, ATen.
@@ -348,11 +353,26 @@ def gemm_backends(
     measured the templates' 1-row GEMMs ~2.4x slower than oneDNN's there, before the weight layout of
     sessions 38-39; results/compiled_s31/attention.txt.) Measured only where torch's vector ISA is AVX-512
     and the CPU has avx512_bf16 as this process may use it: on an AVX2 CPU, an AVX-512 CPU without bf16, or
-    under an ISA cap below them, bf16 stays on ATen."""
+    under an ISA cap below them, bf16 stays on ATen.
+
+    float32 with full weights, one backend per package, chosen here: autotuning times each GEMM alone, hot in
+    cache, and on a 2-core Ice Lake Xeon its pick changed from build to build (SmolLM2's 1-token package took
+    oneDNN for 121 of its 211 GEMMs in one build, for none in the next, and the first ran its AR steps ~20%
+    slower). Measured there, whole steps, one process per backend (session 56,
+    results/compiled_s56/gemm_fp32.txt): under the AVX2 cap the templates were faster at every width (27.6 /
+    44.8 / 83.3 ms for 1 / 8 / 32 tokens against oneDNN's 38.0 / 63.6 / 127.4); with AVX-512 they were faster
+    for 1 token (28-30 ms against 39-51), about even from 2 to 8 tokens, and slower from 16 (73-89 / 129-131
+    ms for 16 / 32 against 58-67 / 75-84). A build that times nothing is also shorter (SmolLM2's 1-token
+    package: ~130 s under the cap), and no package depends on how busy the machine was while it was built.
+    Graphs compiled in this process (``width`` None), int8 weights and CPUs without a vector ISA keep
+    inductor's default."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
-        return "ATEN,TRITON,CPP"  # inductor's default
+        isa = torch.backends.cpu.get_cpu_capability()
+        if quantized or width is None or isa not in ("AVX2", "AVX512"):
+            return "ATEN,TRITON,CPP"  # inductor's default (int8 weights' products stay on ATen's _int_mm)
+        return "CPP" if width <= FP32_TEMPLATE_WIDTH or isa == "AVX2" else "ATEN"
     if dtype != torch.bfloat16:
         return "ATEN"
     if amx_usable() if amx is None else amx:
@@ -370,6 +390,7 @@ def _avx512_bf16() -> bool:
     return torch.backends.cpu.get_cpu_capability() == "AVX512" and "avx512_bf16" in cpu_flags()
 
 
+FP32_TEMPLATE_WIDTH = 8  # float32 packages up to this width run inductor's GEMM templates (gemm_backends)
 SMALL_M = 4  # the widest bucket whose bf16 GEMMs go to inductor's templates on AVX-512 without AMX
 
 
@@ -483,8 +504,9 @@ class CompiledForward:
             inductor_config.cpp.min_chunk_size, aot.serial_row_chunk(model)
         )
         self._dtype, self._int4 = next(model.parameters()).dtype, int4_weights(model)
-        self.gemm = self.gemm_for(None)  # graphs compiled in this process serve any width
+        self._quantized = quantized(model)
         self.shared_weights = shares_weights(model)
+        self.gemm = self.gemm_for(None)  # graphs compiled in this process serve any width
         # prepacked (mkldnn) weights cannot be shared between packages; the rewrite that makes them is
         # installed by inductor on a process's first compile, so it is off before any compile (_build)
         if self.shared_weights:
@@ -519,8 +541,12 @@ class CompiledForward:
         self.widths = self._choose_widths(widths)
 
     def gemm_for(self, width: int | None) -> str:
-        """The GEMM backends of a package for ``width`` fed tokens (None: any width): :func:`gemm_backends`."""
-        return gemm_backends(self._dtype, int4=self._int4, width=width)
+        """The GEMM backends of a package for ``width`` fed tokens (None: any width): :func:`gemm_backends`;
+        ATen's alone for a build whose weights are shared between packages, the only GEMMs such a package
+        can be loaded with (:meth:`_build`), so no build is spent on a template that would fail it."""
+        if self.shared_weights and width is not None and self._dtype == torch.float32:
+            return "ATEN"
+        return gemm_backends(self._dtype, int4=self._int4, width=width, quantized=self._quantized)
 
     def _copies_weights(self) -> bool:
         """Whether each package this forward builds holds its own copy of the weights: a store's packages of
