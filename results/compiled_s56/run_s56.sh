@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Issue 32, session 56: SmolLM2 float32 packages with one GEMM backend per width (core.compiled.gemm_backends)
+# on the 2-vCPU Ice Lake Xeon, beside llama.cpp; one after another on a quiet machine, from the repository root.
+#   1. under the AVX2 cap, beside llama.cpp built for AVX2: session 55's script (a user's cold and cached start,
+#      the interleaved 1-/8-token probe, MT-bench / GSM8K / HumanEval, 8 prompts, 128 tokens);
+#   2. with AVX-512 (no cap), beside llama.cpp F32: the interleaved probe and MT-bench.
+set -x
+PY=${PY:-.venv/bin/python}
+FF=${FF:-.venv/bin/fastforward}
+export PY FF
+OUT=results/compiled_s56/avx2cap bash results/compiled_s55/run_avx2_cap.sh
+date
+"$PY" -m fastforward.bench.engine_table interleave --model smollm2-135m --dtype float32 --rounds 3 \
+  --llamacpp ~/.cache/fastforward/llamacpp 2>&1 | grep -v Warn | tail -4
+date
+OUT=results/compiled_s56 DATASETS=mtbench bash results/compiled_s53/run_smollm2_fp32.sh; date
