@@ -657,6 +657,40 @@ def test_each_package_is_built_with_the_gemm_backends_of_its_width(tmp_path, mon
     assert seen == {1: "CPP", 4: "CPP", 8: "ATEN"}
 
 
+def test_a_build_on_the_templates_alone_that_fails_is_built_again_with_inductor_s_backends(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """A float32 package on the templates alone whose build fails (a shape they do not take: no kernel at
+    all without ATen) is built again with inductor's default backends, said in one line; a build that had
+    ATen among its backends, or one that autotunes nothing, fails as it did."""
+    from fastforward.core import aot
+    from fastforward.core.compiled import INDUCTOR_GEMMS
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    fast = make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=256, mode="max-autotune", store=tmp_path)
+    runner.shared_weights = False
+    tried: list[str] = []
+
+    def build(model, step, example, hidden, path, autotune, gemm, **kwargs) -> None:
+        tried.append(gemm)
+        if "ATEN" not in gemm.split(",") or (len(tried) > 2 and gemm == "ATEN"):
+            raise RuntimeError("NoValidChoicesError: No choices exist for backend.")
+
+    monkeypatch.setattr(aot, "build", build)
+    runner._build((torch.zeros(1, 1, dtype=torch.long),), False, tmp_path / "k1.pt2", "the 1-token forward")
+    assert tried == ["CPP", INDUCTOR_GEMMS]
+    line = capsys.readouterr().err.strip()
+    assert "could not be built on the CPP GEMMs alone" in line and "\n" not in line
+    with pytest.raises(RuntimeError):  # the 16-token package is on ATen: nothing else to try
+        runner._build((torch.zeros(1, 16, dtype=torch.long),), False, tmp_path / "k16.pt2", "16 tokens")
+    assert tried[2:] == ["ATEN"]
+    runner._autotune = False  # without autotuning the backends are not what failed
+    with pytest.raises(RuntimeError):
+        runner._build((torch.zeros(1, 1, dtype=torch.long),), False, tmp_path / "k1.pt2", "1 token")
+    assert tried[3:] == ["CPP"]
+
+
 def test_building_a_package_leaves_no_copy_of_its_library_in_inductor_s_cache(tmp_path) -> None:
     """A package's library (its weights inside) lives in the package only: the copy the build compiled in
     inductor's cache directory is deleted once the package is written."""

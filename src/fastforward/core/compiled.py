@@ -371,7 +371,7 @@ def gemm_backends(
     if dtype == torch.float32:
         isa = torch.backends.cpu.get_cpu_capability()
         if quantized or width is None or isa not in ("AVX2", "AVX512"):
-            return "ATEN,TRITON,CPP"  # inductor's default (int8 weights' products stay on ATen's _int_mm)
+            return INDUCTOR_GEMMS  # int8 weights' products stay on ATen's _int_mm
         return "CPP" if width <= FP32_TEMPLATE_WIDTH or isa == "AVX2" else "ATEN"
     if dtype != torch.bfloat16:
         return "ATEN"
@@ -390,6 +390,7 @@ def _avx512_bf16() -> bool:
     return torch.backends.cpu.get_cpu_capability() == "AVX512" and "avx512_bf16" in cpu_flags()
 
 
+INDUCTOR_GEMMS = "ATEN,TRITON,CPP"  # inductor's default max_autotune_gemm_backends
 FP32_TEMPLATE_WIDTH = 8  # float32 packages up to this width run inductor's GEMM templates (gemm_backends)
 SMALL_M = 4  # the widest bucket whose bf16 GEMMs go to inductor's templates on AVX-512 without AMX
 
@@ -540,11 +541,11 @@ class CompiledForward:
         self._no_room: set[tuple[int, bool, int]] = set()  # keys whose package would not fit in memory
         self.widths = self._choose_widths(widths)
 
-    def gemm_for(self, width: int | None) -> str:
+    def gemm_for(self, width: int | None, shared: bool = False) -> str:
         """The GEMM backends of a package for ``width`` fed tokens (None: any width): :func:`gemm_backends`;
-        ATen's alone for a build whose weights are shared between packages, the only GEMMs such a package
-        can be loaded with (:meth:`_build`), so no build is spent on a template that would fail it."""
-        if self.shared_weights and width is not None and self._dtype == torch.float32:
+        ATen's alone for a float32 build whose weights are ``shared`` between packages, the only GEMMs such a
+        package can be loaded with (:meth:`_build`), so no build is spent on a template that would fail it."""
+        if shared and self._dtype == torch.float32:
             return "ATEN"
         return gemm_backends(self._dtype, int4=self._int4, width=width, quantized=self._quantized)
 
@@ -737,21 +738,35 @@ class CompiledForward:
         plain weights (float32 models, whose default backends include ATen): the templates split one layer's
         laid-out weight into several constants (its q, k and v parts) that carry the same weight name, and
         AOTInductor's on-disk weight format keys weights by that name, so it keeps one of them and the package
-        cannot be loaded (torch 2.13)."""
+        cannot be loaded (torch 2.13).
+
+        A build on inductor's GEMM templates alone (float32 up to 8 tokens, bf16 on AMX) that fails is built
+        again with inductor's default backends, said in one line: the templates do not take every shape and
+        dtype a model may have, and without ATen among the backends such a GEMM has no kernel at all."""
         from fastforward.core import aot
 
-        gemm = self.gemm_for(int(example[0].shape[-1]))
-        args = (self.model, self._step, example, hidden, path, self._autotune, gemm)
+        width = int(example[0].shape[-1])
+        args = (self.model, self._step, example, hidden, path, self._autotune)
         if self.shared_weights:
             try:
-                aot.build(*args, shared=True)
+                aot.build(*args, self.gemm_for(width, shared=True), shared=True)
                 return
             except Exception as e:  # noqa: BLE001 - any failure of the shared form: the plain one may work
                 log(
                     f"--compile: {what} could not keep its weights apart to share them ({_first_line(e)}); "
                     "building it with its own copy"
                 )
-        aot.build(*args)
+        gemm = self.gemm_for(width)
+        try:
+            aot.build(*args, gemm)
+        except Exception as e:
+            if not self._autotune or "ATEN" in gemm.split(","):
+                raise
+            log(
+                f"--compile: {what} could not be built on the {gemm} GEMMs alone ({_first_line(e)}); "
+                f"building it with inductor's choice among {INDUCTOR_GEMMS}"
+            )
+            aot.build(*args, INDUCTOR_GEMMS)
 
     def identity(self) -> str:
         """What a cost measured through these graphs is filed under: ``compiled-`` and the packages'
