@@ -428,6 +428,10 @@ def test_batched_suffix_and_recycle_draft_per_row_and_share_what_they_learn():
     ):
         got, reqs, _ = _run(dec, PROMPTS[:3], cfg, batch_size=3)
         assert got == ref and all(r.result.stats.extras[key] == 0 for r in reqs)
+        if isinstance(dec, RecycleDecoder):
+            # batch 1's sizer also follows measured times: on a loaded machine a slow step's bookkeeping can
+            # make a tree pay even here (CI, session 56); untimed it reads the curve alone, the rule checked
+            dec.sizer = dec._sizer(timed=False)
         alone = [dec.generate(p, cfg) for p in PROMPTS[:3]]
         assert [a.tokens for a in alone] == ref and all(a.stats.extras[key] == 0 for a in alone)
         assert all(a.stats.target_forwards == len(a.tokens) for a in alone)  # one token per forward
