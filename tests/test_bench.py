@@ -250,6 +250,42 @@ def test_timed_generations_run_with_the_heap_frozen_and_the_warm_up_without():
     assert gc.get_freeze_count() == 0
 
 
+def test_a_row_run_in_another_process_is_followed_by_an_untimed_ar_rewarm_unless_it_ends_the_turn():
+    """After a reference row that decodes in its own process (llama.cpp), AR generates a few untimed tokens
+    in this one before the next method is timed; the timed AR and every total are unchanged by it."""
+    from fastforward.bench.runner import REWARM_TOKENS
+    from fastforward.data import Sample
+
+    target = _tiny_with_tokenizer()
+    ar = build_decoder("ar", target)
+    calls: list[tuple[str, int]] = []
+
+    class Recording:
+        lossless = True
+
+        def __init__(self, name: str, separate: bool) -> None:
+            self.name, self.separate_process = name, separate
+
+        def generate(self, ids, config):
+            calls.append((self.name, config.max_new_tokens))
+            return ar.generate(ids, config)
+
+        def reopen_estimates(self):
+            pass
+
+    decoders = {"ar": Recording("ar", False), "ref": Recording("ref", True)}
+    samples = [Sample(id=f"s{i}", dataset="t", turns=("count to ten",)) for i in range(6)]
+    out = run_bench(target, decoders, samples, GenerationConfig(max_new_tokens=20), "t", warmup=0)
+    assert out["methods"]["ar"]["samples"] == out["methods"]["ref"]["samples"] == 6
+    timed = [name for name, n in calls if n == 20]
+    turns = [timed[i : i + 2] for i in range(0, len(timed), 2)]
+    assert len(turns) == 6 and all(sorted(t) == ["ar", "ref"] for t in turns)
+    rewarms = [i for i, c in enumerate(calls) if c == ("ar", REWARM_TOKENS)]
+    # one rewarm per turn whose reference row ran first: right after it, right before the turn's timed AR
+    assert 0 < len(rewarms) == sum(t[0] == "ref" for t in turns) < 6
+    assert all(calls[i - 1][0] == "ref" and calls[i + 1] == ("ar", 20) for i in rewarms)
+
+
 def test_each_method_but_ar_gets_a_speedup_interval_over_the_turns_and_the_table_shows_it():
 
     from fastforward.bench.report import markdown_table

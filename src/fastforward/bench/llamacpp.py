@@ -153,6 +153,7 @@ class LlamaCppReference:
     tokenizer: Any
     threads: int
     lossless: bool | None = None  # another engine's arithmetic: no claim either way
+    separate_process = True  # the bench re-warms this process before timing the next method (runner.rewarm)
 
     def reopen_estimates(self) -> None:
         """Nothing is learned across requests."""
@@ -193,6 +194,7 @@ class LlamaCppSpeculative:
     tokenizer: Any
     threads: int
     lossless: bool | None = None
+    separate_process = True  # as LlamaCppReference's
 
     def reopen_estimates(self) -> None:
         """Nothing is learned across requests."""

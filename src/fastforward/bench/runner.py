@@ -206,6 +206,23 @@ def turn_order(names: list[str], turn: int) -> list[str]:
     return random.Random(f"bench-turn-{turn}").sample(names, len(names))
 
 
+REWARM_TOKENS = 16  # untimed AR tokens after a row that ran in another process (rewarm)
+
+
+def rewarm(ar: Decoder, ids: list[int], config: GenerationConfig) -> None:
+    """A short untimed AR generation in this process, run after a reference row that decodes in a process
+    of its own (llama.cpp) and before the next method is timed, so that method does not pay for the state
+    the other process left (our weights out of the caches, idle worker threads).
+
+    Why: the method right after the llama.cpp row ran slower. SmolLM2 W8A8, AR alternated with llama.cpp
+    Q8_0 on the Ice Lake Xeon: its prefill 165 ms on average right after llama.cpp against 140 ms a
+    generation later, its decode 2-5% slower (session 56, results/compiled_s56/after_llamacpp.txt). And
+    the turn orders are fixed by the turn's number: on 8 GSM8K turns of ar, lookahead, recycle and llama.cpp,
+    lookahead ran right after llama.cpp in 5, AR in none, and lookahead read 0.95-0.96x of AR at 100% AR
+    steps in two runs. AR keeps nothing across requests, so the extra request changes no method's state."""
+    ar.generate(ids, replace(config, max_new_tokens=min(REWARM_TOKENS, config.max_new_tokens)))
+
+
 def _timed_turns(
     decoders: dict[str, Decoder],
     names: list[str],
@@ -233,7 +250,11 @@ def _timed_turns(
                 messages.append({"role": "assistant", "content": entry["assistant"]})
                 continue
             ids = render_prompt(tok, messages)
-            results = {n: decoders[n].generate(ids, config) for n in order}
+            results = {}
+            for n in order:
+                results[n] = decoders[n].generate(ids, config)
+                if getattr(decoders[n], "separate_process", False) and n != order[-1]:
+                    rewarm(decoders[BASELINE], ids, config)
             ref = results[BASELINE].tokens
             answer = tok.decode(ref, skip_special_tokens=True)
             entries = {}
