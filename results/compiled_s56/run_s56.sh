@@ -14,3 +14,8 @@ date
   --llamacpp ~/.cache/fastforward/llamacpp 2>&1 | grep -v Warn | tail -4
 date
 OUT=results/compiled_s56 DATASETS=mtbench bash results/compiled_s53/run_smollm2_fp32.sh; date
+# 3. SmolLM2 W8A8 on GSM8K, ar / lookahead / recycle beside llama.cpp Q8_0, twice before the bench re-warmed
+#    after llama.cpp's row (la1, la2, at 649f90b) and once after (la3)
+for t in la1 la2 la3; do  # la3: after dd29362 (runner.rewarm)
+  DATASETS=gsm8k METHODS=ar,lookahead,recycle TAG=icx_w8a8_$t OUT=results/compiled_s56 bash results/compiled_s53/run_smollm2_w8a8.sh
+done
