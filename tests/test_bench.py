@@ -250,9 +250,10 @@ def test_timed_generations_run_with_the_heap_frozen_and_the_warm_up_without():
     assert gc.get_freeze_count() == 0
 
 
-def test_a_row_run_in_another_process_is_followed_by_an_untimed_ar_rewarm_unless_it_ends_the_turn():
+def test_a_row_run_in_another_process_is_always_followed_by_an_untimed_ar_rewarm():
     """After a reference row that decodes in its own process (llama.cpp), AR generates a few untimed tokens
-    in this one before the next method is timed; the timed AR and every total are unchanged by it."""
+    in this one before the next method is timed, the next turn's first one included; the timed AR and every
+    total are unchanged by it."""
     from fastforward.bench.runner import REWARM_TOKENS
     from fastforward.data import Sample
 
@@ -281,9 +282,11 @@ def test_a_row_run_in_another_process_is_followed_by_an_untimed_ar_rewarm_unless
     turns = [timed[i : i + 2] for i in range(0, len(timed), 2)]
     assert len(turns) == 6 and all(sorted(t) == ["ar", "ref"] for t in turns)
     rewarms = [i for i, c in enumerate(calls) if c == ("ar", REWARM_TOKENS)]
-    # one rewarm per turn whose reference row ran first: right after it, right before the turn's timed AR
-    assert 0 < len(rewarms) == sum(t[0] == "ref" for t in turns) < 6
-    assert all(calls[i - 1][0] == "ref" and calls[i + 1] == ("ar", 20) for i in rewarms)
+    # one rewarm right after every reference row; where that row ran first, right before the turn's timed AR
+    assert 0 < sum(t[0] == "ref" for t in turns) < 6  # both positions occur in these turns
+    assert len(rewarms) == 6 and all(calls[i - 1][0] == "ref" for i in rewarms)
+    assert all(i + 1 == len(calls) or calls[i + 1][1] == 20 for i in rewarms)  # then a timed generation
+    assert any(calls[i + 1] == ("ar", 20) for i in rewarms if i + 1 < len(calls))
 
 
 def test_each_method_but_ar_gets_a_speedup_interval_over_the_turns_and_the_table_shows_it():

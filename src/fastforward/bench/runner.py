@@ -253,8 +253,8 @@ def _timed_turns(
             results = {}
             for n in order:
                 results[n] = decoders[n].generate(ids, config)
-                if getattr(decoders[n], "separate_process", False) and n != order[-1]:
-                    rewarm(decoders[BASELINE], ids, config)
+                if getattr(decoders[n], "separate_process", False):  # last in its turn too: the next
+                    rewarm(decoders[BASELINE], ids, config)  # turn's first method would follow it
             ref = results[BASELINE].tokens
             answer = tok.decode(ref, skip_special_tokens=True)
             entries = {}
