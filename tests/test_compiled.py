@@ -1061,7 +1061,8 @@ def test_a_chain_wider_than_every_compiled_width_goes_through_the_graphs_in_piec
     whose kernels compute otherwise than the compiled AR step's (session 54: the 1.5B W8A8 pair's sd left
     its AR on 2 of 3 GSM8K prompts). Now the chain goes through the 4-token graph in pieces: each token's
     logits are its compiled 1-token step's and the eager forward never runs. (W8A8, whose graphs give a
-    token the same bits at every width; float32's differ in the last bits between widths anyway.)"""
+    token the same bits at every width; float32's do that only for chains through the widths whose GEMMs
+    run on inductor's templates: the next test.)"""
     from fastforward.models.quantize import quantized_copy
 
     model = quantized_copy(make_tiny("llama", vocab=96, seed=SEED).model, 8, activations=True)
@@ -1085,6 +1086,27 @@ def test_a_chain_wider_than_every_compiled_width_goes_through_the_graphs_in_piec
     engine.close()
     assert engine.ran == "compiled" and runner.used == {1, 4}
     assert torch.isfinite(nxt).all()
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="templates need AVX2"
+)
+def test_a_float32_chain_through_the_gemm_templates_keeps_each_token_s_1_token_bits(tmp_path) -> None:
+    """float32 packages up to FP32_TEMPLATE_WIDTH tokens run every GEMM on inductor's templates
+    (:func:`gemm_backends`), which add a row's products in the same order however many rows share them: a
+    4-token chain gives each token its 1-token step's logits bit for bit. So a chain verified through these
+    widths (pld, suffix, sd) cannot flip a near-tie against AR. Measured on SmolLM2-135M on an Ice Lake
+    Xeon (session 57): bit for bit at widths 2, 4 and 8; the 16- and 32-token packages (oneDNN with
+    AVX-512) differ by up to 6e-5, and so does a tree's node whose hidden sibling sits among its ancestors
+    (the softmax's sums over slots then place its terms otherwise), so no tree here."""
+    from tests.conftest import assert_wider_forwards_keep_step_bits
+
+    fast = make_tiny("llama", vocab=96, seed=SEED)
+    runner = compile_forward(fast.model, capacity=256, store=tmp_path, widths=(1, 4))
+    runner.shared_weights = False  # a tiny model's weights would be shared, whose GEMMs are ATen's
+    assert runner.gemm_for(1) == runner.gemm_for(4) == "CPP"
+    assert_wider_forwards_keep_step_bits(fast.model, PROMPT, tree=False)
+    assert runner.used == {1, 4}
 
 
 def test_chain_pieces_pad_the_rest_only_where_the_cache_has_room() -> None:
