@@ -1091,21 +1091,24 @@ def test_a_chain_wider_than_every_compiled_width_goes_through_the_graphs_in_piec
 @pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="templates need AVX2"
 )
-def test_a_float32_chain_through_the_gemm_templates_keeps_each_token_s_1_token_bits(tmp_path) -> None:
+def test_float32_chains_and_trees_through_the_gemm_templates_keep_each_token_s_1_token_bits(
+    tmp_path,
+) -> None:
     """float32 packages up to FP32_TEMPLATE_WIDTH tokens run every GEMM on inductor's templates
     (:func:`gemm_backends`), which add a row's products in the same order however many rows share them: a
-    4-token chain gives each token its 1-token step's logits bit for bit. So a chain verified through these
-    widths (pld, suffix, sd) cannot flip a near-tie against AR. Measured on SmolLM2-135M on an Ice Lake
-    Xeon (session 57): bit for bit at widths 2, 4 and 8; the 16- and 32-token packages (oneDNN with
-    AVX-512) differ by up to 6e-5, and so does a tree's node whose hidden sibling sits among its ancestors
-    (the softmax's sums over slots then place its terms otherwise), so no tree here."""
+    4-token chain gives each token its 1-token step's logits bit for bit, and so does a tree to a node whose
+    hidden sibling sits among its ancestors' slots, since the softmax's denominator is a GEMM too
+    (:func:`grouped_attention`). So no near-tie can flip between a method's verify forward and AR there.
+    Measured on SmolLM2-135M on an Ice Lake Xeon (session 57): chains bit for bit at widths 2, 4 and 8; the
+    16- and 32-token packages (oneDNN with AVX-512) differ by up to 6e-5; a tree node differed by 3e-5
+    while the denominator was a vectorized sum."""
     from tests.conftest import assert_wider_forwards_keep_step_bits
 
     fast = make_tiny("llama", vocab=96, seed=SEED)
     runner = compile_forward(fast.model, capacity=256, store=tmp_path, widths=(1, 4))
     runner.shared_weights = False  # a tiny model's weights would be shared, whose GEMMs are ATen's
     assert runner.gemm_for(1) == runner.gemm_for(4) == "CPP"
-    assert_wider_forwards_keep_step_bits(fast.model, PROMPT, tree=False)
+    assert_wider_forwards_keep_step_bits(fast.model, PROMPT)
     assert runner.used == {1, 4}
 
 

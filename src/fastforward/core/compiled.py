@@ -210,7 +210,15 @@ def grouped_attention(
     compiled bfloat16 AR ran 1.34x faster in one process (results/compiled_s31/ab_attention_bf16.txt). In
     float32 the two are even (0.98x, within the host's noise: ab_attention_fp32.txt), and one path serves
     every dtype. float32 scores keep a bfloat16 model's softmax as exact as the SDPA kernel's float32
-    accumulation did."""
+    accumulation did.
+
+    The softmax's denominator is a matmul too (the unnormalized weights times a block of ones), not a sum
+    over the slots: a vectorized sum puts slot j in lane j % width, so a tree node whose hidden sibling sits
+    among its ancestors' slots added its terms otherwise than its AR step and got other last bits (3e-5 on
+    SmolLM2, results/compiled_s57/bits_fp32.txt). Where inductor's GEMM templates run the matmuls (float32
+    packages up to :data:`FP32_TEMPLATE_WIDTH` tokens, :func:`gemm_backends`) a row's products are added slot
+    after slot whatever the other rows, and a hidden slot adds an exact 0, so a chain's tokens and a tree's
+    nodes get their 1-token steps' bits (tests/test_compiled.py)."""
     b, hq, q, d = query.shape
     hkv, s = key.shape[1], key.shape[2]
     g = hq // hkv
@@ -219,8 +227,11 @@ def grouped_attention(
     m = mask.view(mask.shape[0], hkv, g, q, s) if mask.shape[1] == hq > 1 else mask.unsqueeze(1)
     scores = scores * scale
     scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m.float()
-    probs = torch.softmax(scores, dim=-1).view(b, hkv, g * q, s)
-    return (probs @ value.float()).view(b, hq, q, d).to(query.dtype)
+    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True)).view(b, hkv, g * q, s)
+    # batched like the weights: the templates take no matmul whose second operand is broadcast
+    ones = torch.ones(b, hkv, s, DENOMINATOR_LANES, dtype=weights.dtype, device=weights.device)
+    total = (weights @ ones)[..., :1]
+    return ((weights @ value.float()) / total).view(b, hq, q, d).to(query.dtype)
 
 
 ROWWISE = "fastforward_rowwise_attention"  # a model config flag: attention by :func:`rowwise_attention`
