@@ -150,13 +150,10 @@ def greedy_ar(model: torch.nn.Module, prompt, n: int, eos=()) -> list[int]:
     return list(cached[0][:n])
 
 
-def assert_wider_forwards_keep_step_bits(
-    model: torch.nn.Module, prompt: list[int], tree: bool = True
-) -> None:
+def assert_wider_forwards_keep_step_bits(model: torch.nn.Module, prompt: list[int]) -> None:
     """On ``model``'s compiled graphs (widths 1 and 4), after ``prompt``: a 4-token chain gives each token
-    the logits of its own 1-token step, bit for bit, and (``tree``) so does a 3-node tree to its nodes on
-    that path (the last node's ancestors are the first node and the prompt; its sibling's slot lies between
-    them).
+    the logits of its own 1-token step, bit for bit, and so does a 3-node tree to its nodes on that path
+    (the last node's ancestors are the first node and the prompt; its sibling's slot lies between them).
     Why bits: W8A8's products are exact, so a width whose float parts round otherwise can move a token
     across an int8 rounding edge and its method off its AR (tests/test_weights.py, tests/test_int8_gemm.py)."""
     from fastforward.core.engine import Block, ModelEngine
@@ -171,8 +168,7 @@ def assert_wider_forwards_keep_step_bits(
         engine.truncate(0, len(prompt))
         wide = engine.forward([Block.chain(prompt[:4])]).logits[0].clone()
         engine.truncate(0, len(prompt))
-        nodes = engine.forward([Block([prompt[0], 50, prompt[1]], [-1, 0, 0])]).logits[0].clone()
+        tree = engine.forward([Block([prompt[0], 50, prompt[1]], [-1, 0, 0])]).logits[0].clone()
     assert engine.ran == "compiled"
     assert all(torch.equal(wide[i], steps[i]) for i in range(4))
-    if tree:
-        assert torch.equal(nodes[0], steps[0]) and torch.equal(nodes[2], steps[1])
+    assert torch.equal(tree[0], steps[0]) and torch.equal(tree[2], steps[1])
