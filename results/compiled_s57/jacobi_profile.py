@@ -14,7 +14,7 @@ ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
 cfg = GenerationConfig(max_new_tokens=128)
 decs = {n: build_decoder(n, lm) for n in ("ar", "jacobi")}
 for n, d in decs.items(): d.generate(list(ids), cfg)
-for r in range(1):
+for r in range(3):
     for n, d in decs.items():
         t = time.perf_counter(); out = d.generate(list(ids), cfg); dt = time.perf_counter() - t
         print(n, r, f"{dt:.3f} s", len(out.tokens), flush=True)
