@@ -22,6 +22,7 @@ for ds in gsm8k humaneval mtbench; do
     --llamacpp ~/.cache/fastforward/llamacpp --out $OUT/bench_${ds}_all_fp32.json 2> $OUT/bench_${ds}_all_fp32.log
 done
 # 4. jacobi with fewer rows (results/compiled_s57/jacobi/), MT-bench, 5 prompts, 128 tokens, at 83eedb7:
+# (and ar,jacobi,lookahead,qsd,layerskip with --llamacpp, the file named ..._qsd_layerskip_llamacpp)
 for m in "ar,jacobi,lookahead" "ar,ar_eager,hf_generate,jacobi,lookahead"; do
   "$PY" -m fastforward bench --model smollm2-135m --dataset mtbench --limit 5 --max-new-tokens 128 --threads 2 \
     --dtype float32 --path auto --compile on --methods $m --out $OUT/jacobi/bench_mtbench_$(echo $m | tr ',' '_').json
