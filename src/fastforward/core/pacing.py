@@ -22,7 +22,7 @@ times both kinds of step as they run and chooses the one that has given more tok
 only the last committed token, so it costs what AR costs; while AR wins, the parallel step is probed again
 (a burst of steps, since a method's steps build on each other) after a back-off that doubles with every
 losing probe (a cost ratio that the text could overcome is found again; one that nothing overcomes costs
-~1/64 of the time).
+~1/256 of the time).
 """
 
 from __future__ import annotations
@@ -188,12 +188,24 @@ class StepGate:
     AR wins, a burst probes again after ``backoff * burst * cost ratio`` AR steps, so probing costs at most
     ~1/backoff of the time however expensive the wide forward is; a burst that still loses doubles the
     back-off (up to ``max_backoff``), one that wins resets it; and never sooner than the last burst's loss
-    allows within a ``budget`` share of the AR steps' time (:func:`probe_wait`). While the method wins, an AR stretch measures
+    allows within a ``budget`` share of the AR steps' time (:func:`probe_wait`), nor later than ``max_backoff``
+    back-offs. While the method wins, an AR stretch measures
     AR again after ``refresh`` parallel steps in a row, an interval that doubles (up to ``max_refresh``)
     each time the method still wins after it, so a method that pays loses little of its gain to it.
     ``ratio`` (the parallel step's cost over an AR step's, read from the machine's cost curve; 0: not known)
     defers the opening burst by :func:`opening_wait` AR steps, so a step that costs several AR steps opens
-    only after enough AR time that its burst's likely loss fits the same ``budget``.
+    only after enough AR time that its burst's likely loss fits the same ``budget`` (at most
+    ``opening_backoff`` back-offs: nothing is known of the text yet, so it waits less than a probe may).
+
+    Why the longest probe back-off is 256 back-offs (64 before session 58): with 64 the ceiling, not the
+    budget, spaced the probes wherever a block loses by much. SmolLM2 in float32 on the Ice Lake Xeon with
+    AVX-512: a Jacobi block of 16 costs ~1.8 AR steps for ~1.05 tokens, so the budget asks ~570 AR steps
+    between bursts and the ceiling allowed 451; in a bench with the draft rows a burst's first step also
+    runs cold (75-125 ms against 50-60), and the bursts cost jacobi 2-4% of its time (0.96-0.97x of AR, its
+    twin AR row 1.00x; results/compiled_s58). With 256 the budget spaces them, and a block that keeps losing
+    backs off further (8, 16, ... 256 back-offs). The cost: a text that starts paying after a long losing
+    stretch is found within 256 back-offs (~1800 AR steps at 1.8 AR steps a block) instead of 64. The
+    opening keeps 64: a method that pays from its first burst (a CLLM-trained model) must not wait longer.
 
     Why stretches: the first AR steps after wide ones do not cost what AR steps cost (session 33, an AMX
     Xeon in fp32: the first 54-133 ms and the second up to 39 ms, against 29-33 ms in a run of AR steps,
@@ -205,7 +217,8 @@ class StepGate:
     enabled: bool = True
     burst: int = 4  # consecutive parallel steps per judgement (the opening and every probe)
     min_backoff: int = 8
-    max_backoff: int = 64
+    max_backoff: int = 256
+    opening_backoff: int = 64  # the opening's longest wait, in back-offs (see the docstring)
     refresh: int = 64  # while the method wins, an AR stretch after this many parallel steps in a row
     max_refresh: int = 1024
     budget: float = 0.005  # a losing burst's share of the AR time until the next probe (probe_wait)
@@ -236,7 +249,9 @@ class StepGate:
         """AR steps to take before the opening burst (:func:`opening_wait`; 0 without a ``ratio``)."""
         if not self.ratio:
             return 0.0
-        return opening_wait(self.ratio, self.burst, self.budget, self.max_backoff * self.burst * self.ratio)
+        return opening_wait(
+            self.ratio, self.burst, self.budget, self.opening_backoff * self.burst * self.ratio
+        )
 
     @property
     def timed(self) -> bool:
@@ -250,6 +265,7 @@ class StepGate:
             self.burst,
             self.min_backoff,
             self.max_backoff,
+            self.opening_backoff,
             self.refresh,
             self.max_refresh,
             self.budget,
