@@ -487,6 +487,9 @@ def test_the_table_says_when_a_method_ran_mostly_ar_steps() -> None:
     assert "| typical † |" in table and "| 10% |" in table
     assert "mostly plain AR steps (typical 90% AR)" in table
     assert "| ar | " in table and "ar †" not in table  # AR is AR: no mark, no share
+    twin = _result("float32", 1.0)
+    twin["methods"]["ar:twin"] = {**twin["methods"]["ar"], "ar_step_share": 1.0}
+    assert "| ar:twin | " in markdown_table(twin) and "reference (a second AR row)" in markdown_table(twin)
     old = markdown_table(_result("float32", 1.0))
     assert "†" not in old and "| - |" in old
     auto = _result("float32", 1.0)

@@ -48,11 +48,17 @@ MOSTLY_AR_NOTE = (
 )
 
 
+def ar_like(name: str) -> bool:
+    """A reference row that runs one token per forward by construction: AR, eager AR, ``generate()``,
+    llama.cpp, and a second row of any of them under a ``:tag`` (``ar:twin``, the run's own noise floor)."""
+    return name.split(":", 1)[0] in AR_LIKE
+
+
 def parallel_cell(m: dict[str, Any], name: str) -> str:
     """The "parallel steps" cell: share of decode forwards that fed guesses ("-" for AR-like rows and for
     results written before steps were split)."""
     share = m.get("ar_step_share")
-    if name in AR_LIKE or share is None:
+    if ar_like(name) or share is None:
         return "-"
     return f"{1 - share:.0%}"
 
@@ -66,7 +72,7 @@ def speedup_cell(m: dict[str, Any]) -> str:
 
 def mostly_ar(m: dict[str, Any], name: str) -> bool:
     share = m.get("ar_step_share")
-    return name not in AR_LIKE and share is not None and share >= MOSTLY_AR
+    return not ar_like(name) and share is not None and share >= MOSTLY_AR
 
 
 def _fmt(x: Any, spec: str) -> str:
@@ -76,6 +82,8 @@ def _fmt(x: Any, spec: str) -> str:
 def _lossless(value: bool | None, name: str, quantized: bool = False, exact: bool = False) -> str:
     if name == "ar":
         return "reference"
+    if name.startswith("ar:"):
+        return "reference (a second AR row)"
     if name == "ar_eager":
         return "reference (eager)"
     yes = "yes with full weights (bf16-class here)" if quantized else "yes (exact in fp32 tests)"
