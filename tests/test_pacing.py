@@ -362,3 +362,40 @@ def test_a_block_that_loses_by_much_keeps_its_probes_within_the_budget():
 
     assert loss(StepGate(ratio=1.8)) <= StepGate().budget
     assert loss(StepGate(ratio=1.8, max_backoff=64)) > 1.2 * StepGate().budget
+
+
+def _cold_starts(gate: StepGate, steps: int, tokens, request: int = 128) -> float:
+    """A block costing 55 ms against 30.5 ms AR steps, in requests of ``request`` steps whose first three AR
+    steps run cold (60, 45, 40 ms: after another method's generation). Returns the share of the time beyond
+    what AR steps would take for the same tokens on the same host (cold starts included)."""
+    cold = (60.0, 45.0, 40.0)
+    ar_per_token = (sum(cold) + 30.5 * (request - len(cold))) / request
+    spent, made = 0.0, 0
+    for i in range(steps):
+        par = gate.parallel()
+        n = tokens(i) if par else 1
+        ms = 55.0 if par else (cold[i % request] if i % request < len(cold) else 30.5)
+        gate.record(par, n, ms)
+        spent, made = spent + ms, made + n
+    return spent / (made * ar_per_token) - 1.0
+
+
+def test_cold_ar_steps_at_a_request_s_start_do_not_make_a_losing_block_look_paying():
+    """Session 58, Ice Lake Xeon, SmolLM2 float32 bench: the first AR steps of a request run cold after the
+    other methods' generations. Compared with the last burst's time, they made a block at ~1.5 tokens a step
+    (1.8 needed) look as if it paid, and the gate ran it until its next AR refresh (one bench turn: 61
+    parallel steps at 1.26 tokens a step, 1.33x AR's time). Compared as the cost ratio timed side by side,
+    the probes stay within the budget."""
+
+    def tokens(seed: int):
+        rng = random.Random(seed)
+        return lambda i: 1 + (rng.random() < 0.5)
+
+    class Stale(StepGate):  # the times as they were compared before session 58
+        def cost_ratio(self) -> float:
+            assert self.parallel_ms.value is not None and self.ar_ms.value is not None
+            return self.parallel_ms.value / self.ar_ms.value
+
+    budget = StepGate().budget
+    assert max(_cold_starts(StepGate(ratio=1.8), 20000, tokens(s)) for s in range(3)) <= budget
+    assert min(_cold_starts(Stale(ratio=1.8), 20000, tokens(s)) for s in range(3)) > 1.5 * budget

@@ -234,6 +234,7 @@ class StepGate:
     _left: int = 0  # parallel steps left in the current burst
     _ar_left: int = 0  # AR steps left in the current AR stretch
     _ar_first: float = 0.0  # the current stretch's first step time (used only for a 1-step stretch)
+    _seen_ratio: float = 0.0  # ms per parallel step over ms per AR step, timed side by side (0: not yet)
     _ar_sum: float = 0.0  # and the sum of its later ones
     _every: int = 0  # the current refresh interval
     _sum: int = 0  # tokens the current burst committed so far
@@ -281,10 +282,29 @@ class StepGate:
         return self
 
     def winning(self) -> bool:
-        """Whether the parallel step has given at least as many tokens per ms as the AR step so far."""
+        """Whether the parallel step has given at least as many tokens per ms as the AR step so far.
+
+        While AR steps run, the parallel step's time is the last burst's and the AR step's is a running
+        average, so the two are compared as the cost ratio they had when timed side by side
+        (:meth:`cost_ratio`), not as times taken hundreds of steps apart. Why (session 58, Ice Lake Xeon,
+        SmolLM2 float32 bench): the first AR steps of a request run cold after the other methods'
+        generations (and the host's speed drifts). One bench turn ran 61 parallel steps at 1.26 tokens a
+        step where a block costs ~1.8 AR steps (1.33x AR's time): only an AR estimate near 44 ms (~31 ms
+        true) lets such a block pass, until the next AR refresh. In simulation (tests/test_pacing.py) such cold starts cost a
+        block at 1.5 tokens a step 0.9-1.2% of the time against the budget's 0.5%; compared side by side,
+        0.1-0.3%."""
         if self.tokens.value is None or self.parallel_ms.value is None or self.ar_ms.value is None:
             return True
-        return parallel_pays(self.tokens.value, self.parallel_ms.value, self.ar_ms.value)
+        return parallel_pays(self.tokens.value, self.cost_ratio(), 1.0)
+
+    def cost_ratio(self) -> float:
+        """A parallel step's cost in AR steps: while the method runs (its steps fresh, AR's from the stretch
+        before), their current estimates; while AR runs, the ratio they had when last timed side by side
+        (a burst and the AR stretch right after it, or a refresh)."""
+        assert self.parallel_ms.value is not None and self.ar_ms.value is not None
+        if self.run == 0 and self._seen_ratio:
+            return self._seen_ratio
+        return self.parallel_ms.value / self.ar_ms.value
 
     def choose(self, limit: int) -> int:
         """``limit`` (the method's parallel step) or 0 (a plain AR step)."""
@@ -305,12 +325,11 @@ class StepGate:
                 if self.run < self._every:
                     return True
             else:
-                par, ar = self.parallel_ms.value, self.ar_ms.value
-                ratio = max(1.0, par / ar)
+                ar, ratio = self.ar_ms.value, self.cost_ratio()
                 assert self.tokens.value is not None
                 # the burst's loss, and the excess of the first AR step after it (the switch back)
-                lost = self.burst * (par - self.tokens.value * ar) + max(0.0, self._ar_first - ar)
-                span = self.burst * ratio
+                lost = self.burst * (ratio - self.tokens.value) * ar + max(0.0, self._ar_first - ar)
+                span = self.burst * max(1.0, ratio)
                 due = probe_wait(lost, ar, self.budget, self.backoff * span, self.max_backoff * span)
                 if self.wait >= due:
                     self._left, self._sum = self.burst, 0  # a probe
@@ -344,6 +363,8 @@ class StepGate:
                 refreshed = self.ar_ms.value is not None and self.winning()
                 later = self.burst - 1
                 self.ar_ms.set(self._ar_sum / later if later else self._ar_first)
+                if self.parallel_ms.value is not None:  # the parallel steps just before, side by side
+                    self._seen_ratio = self.parallel_ms.value / self.ar_ms.value
                 if refreshed and self.winning():  # the method still wins: measure AR less often
                     self._every = min(2 * self._every, self.max_refresh)
             return
