@@ -24,3 +24,8 @@ PYTHONPATH=src METHODS=ar,ar:twin,jacobi "$PY" $OUT/rows_in_one_process.py > $OU
 PYTHONPATH=src "$PY" $OUT/gate_off_turn.py > $OUT/gate_off_turn.txt
 # 5. make demo on a fresh clone (demo_fresh_clone.*: its results/demo.json and demo.md copied here):
 #    git clone -b s58 <repo> demo && cd demo && time make demo
+# 6. the 8-token step under four GEMM cache blockings (blocking.txt): build each, then alternate
+for cfg in "kfull:100,1,1000" "nc4:100,4,1000" "kall:100,1,2000"; do
+  TAG=${cfg%%:*} CB=${cfg#*:} MODE=build PYTHONPATH=src "$PY" $OUT/blocking.py; done
+for c in 1 2 3; do for t in default kfull nc4 kall; do
+  TAG=$t MODE=time ROUNDS=4 PYTHONPATH=src "$PY" $OUT/blocking.py | grep '^{'; done; done   # CB set as above
