@@ -199,10 +199,10 @@ class StepGate:
 
     Why the longest probe back-off is 256 back-offs (64 before session 58): with 64 the ceiling, not the
     budget, spaced the probes wherever a block loses by much. SmolLM2 in float32 on the Ice Lake Xeon with
-    AVX-512: a Jacobi block of 16 costs ~1.8 AR steps for ~1.05 tokens, so the budget asks ~570 AR steps
-    between bursts and the ceiling allowed 451; in a bench with the draft rows a burst's first step also
-    runs cold (75-125 ms against 50-60), and the bursts cost jacobi 2-4% of its time (0.96-0.97x of AR, its
-    twin AR row 1.00x; results/compiled_s58). With 256 the budget spaces them, and a block that keeps losing
+    AVX-512: a Jacobi block of 16 costs ~1.8 AR steps for ~1.05 tokens, so the budget asks ~600 AR steps
+    between bursts and the ceiling allowed ~450; a burst's first step also runs cold (75-125 ms against
+    50-60), and in AR and jacobi alternated the bursts took 0.9% of jacobi's time (results/compiled_s58/
+    gate_steps.txt), over the 0.5% budget. With 256 the budget spaces them, and a block that keeps losing
     backs off further (8, 16, ... 256 back-offs). The cost: a text that starts paying after a long losing
     stretch is found within 256 back-offs (~1800 AR steps at 1.8 AR steps a block) instead of 64. The
     opening keeps 64: a method that pays from its first burst (a CLLM-trained model) must not wait longer.
@@ -234,8 +234,8 @@ class StepGate:
     _left: int = 0  # parallel steps left in the current burst
     _ar_left: int = 0  # AR steps left in the current AR stretch
     _ar_first: float = 0.0  # the current stretch's first step time (used only for a 1-step stretch)
-    _seen_ratio: float = 0.0  # ms per parallel step over ms per AR step, timed side by side (0: not yet)
     _ar_sum: float = 0.0  # and the sum of its later ones
+    _seen_ratio: float = 0.0  # ms per parallel step over ms per AR step, timed side by side (0: not yet)
     _every: int = 0  # the current refresh interval
     _sum: int = 0  # tokens the current burst committed so far
     _at_begin: tuple[int, int] = (0, 0)
@@ -290,9 +290,9 @@ class StepGate:
         SmolLM2 float32 bench): the first AR steps of a request run cold after the other methods'
         generations (and the host's speed drifts). One bench turn ran 61 parallel steps at 1.26 tokens a
         step where a block costs ~1.8 AR steps (1.33x AR's time): only an AR estimate near 44 ms (~31 ms
-        true) lets such a block pass, until the next AR refresh. In simulation (tests/test_pacing.py) such cold starts cost a
-        block at 1.5 tokens a step 0.9-1.2% of the time against the budget's 0.5%; compared side by side,
-        0.1-0.3%."""
+        true) lets such a block pass, until the next AR refresh. In simulation (tests/test_pacing.py) such
+        cold starts cost a block at 1.5 tokens a step 0.9-1.2% of the time against the budget's 0.5%;
+        compared side by side, 0.1-0.3%."""
         if self.tokens.value is None or self.parallel_ms.value is None or self.ar_ms.value is None:
             return True
         return parallel_pays(self.tokens.value, self.cost_ratio(), 1.0)
