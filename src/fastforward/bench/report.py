@@ -82,7 +82,7 @@ def _fmt(x: Any, spec: str) -> str:
 def _lossless(value: bool | None, name: str, quantized: bool = False, exact: bool = False) -> str:
     if name == "ar":
         return "reference"
-    if name.startswith("ar:"):
+    if name.split(":", 1)[0] == "ar":  # ``ar:twin``: the same AR under a tag
         return "reference (a second AR row)"
     if name == "ar_eager":
         return "reference (eager)"

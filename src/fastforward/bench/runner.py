@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fastforward import hardware
-from fastforward.bench.report import AR_LIKE  # one token per decode step
+from fastforward.bench.report import ar_like  # one token per decode step
 from fastforward.core.compiled import BUCKETS, compiled, tier, tiers
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.engine import warm_buckets
@@ -123,7 +123,7 @@ def warm_graphs(target: LoadedModel, decoders: Mapping[str, Decoder], sizes: tup
     ``sizes``, so no request pays for one while timed: the 1-token bucket when every method is AR-like (the
     wider ones would only lengthen its start), else every width bucket, and the same again with hidden
     states when a decoder reads them. Returns the seconds spent."""
-    ar_only = all(n.split(":")[0] in AR_LIKE for n in decoders)
+    ar_only = all(ar_like(n) for n in decoders)
     widths = (1,) if ar_only else BUCKETS
     spent = warm_buckets(target.model, widths, sizes=sizes)
     which = "the 1-token bucket" if ar_only else "every width bucket"
