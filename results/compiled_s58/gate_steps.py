@@ -7,23 +7,12 @@ the bursts and of the AR steps right after them can be read against AR's own ste
 import statistics
 import time
 
-from fastforward.bench.runner import cache_sizes, warm_graphs
-from fastforward.core import pacing
-from fastforward.core.compiled import inductor_cache
-from fastforward.core.decoder import GenerationConfig
-from fastforward.core.engine import compile_forward
-from fastforward.data import load_dataset
-from fastforward.data.base import render_prompt
-from fastforward.decoders.registry import build_decoder
-from fastforward.models.cache import cache_root, compiled_dir
-from fastforward.models.loading import load_model
+from bench_like import setup
 
-inductor_cache(str(cache_root()))
-lm = load_model("smollm2-135m", "float32", path="default", threads=2)
-compile_forward(lm.model, store=compiled_dir())
-samples = list(load_dataset("mtbench", limit=8))
-cfg = GenerationConfig(max_new_tokens=128)
-decs = {n: build_decoder(n, lm) for n in ("ar", "jacobi")}
+from fastforward.core import pacing
+from fastforward.data.base import render_prompt
+
+lm, samples, cfg, decs = setup("ar,jacobi")
 log: list[tuple[bool, int, float]] = []
 record = pacing.StepGate.record
 
@@ -34,11 +23,6 @@ def logged(self, parallel: bool, tokens: int, ms: float) -> None:
 
 
 pacing.StepGate.record = logged
-warm_graphs(lm, decs, cache_sizes(lm, samples, cfg.max_new_tokens))  # as the bench does
-first = render_prompt(lm.tokenizer, [{"role": "user", "content": samples[0].turns[0]}])
-for d in decs.values():
-    d.generate(first, GenerationConfig(max_new_tokens=16))
-    d.reopen_estimates()
 gate = decs["jacobi"].gate if hasattr(decs["jacobi"], "gate") else None
 print("gate ratio from the cost curve:", getattr(gate, "ratio", "?"), "opening wait:", gate.opening() if gate else "?")
 times = {n: 0.0 for n in decs}

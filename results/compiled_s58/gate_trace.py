@@ -6,23 +6,12 @@ to what the gate believed. `PYTHONPATH=src python results/compiled_s58/gate_trac
 
 import time
 
-from fastforward.bench.runner import cache_sizes, warm_graphs
-from fastforward.core import pacing
-from fastforward.core.compiled import inductor_cache
-from fastforward.core.decoder import GenerationConfig
-from fastforward.core.engine import compile_forward
-from fastforward.data import load_dataset
-from fastforward.data.base import render_prompt
-from fastforward.decoders.registry import build_decoder
-from fastforward.models.cache import cache_root, compiled_dir
-from fastforward.models.loading import load_model
+from bench_like import setup
 
-inductor_cache(str(cache_root()))
-lm = load_model("smollm2-135m", "float32", path="default", threads=2)
-compile_forward(lm.model, store=compiled_dir())
-samples = list(load_dataset("mtbench", limit=8))
-cfg = GenerationConfig(max_new_tokens=128)
-decs = {n: build_decoder(n, lm) for n in ("ar", "jacobi")}
+from fastforward.core import pacing
+from fastforward.data.base import render_prompt
+
+lm, samples, cfg, decs = setup("ar,jacobi")
 gate = decs["jacobi"].gate
 log: list[str] = []
 record = pacing.StepGate.record
@@ -35,11 +24,6 @@ def logged(self, parallel: bool, tokens: int, ms: float) -> None:
 
 
 pacing.StepGate.record = logged
-warm_graphs(lm, decs, cache_sizes(lm, samples, cfg.max_new_tokens))
-first = render_prompt(lm.tokenizer, [{"role": "user", "content": samples[0].turns[0]}])
-for d in decs.values():
-    d.generate(first, GenerationConfig(max_new_tokens=16))
-    d.reopen_estimates()
 print("gate ratio from the cost curve:", gate.ratio, "opening wait:", gate.opening())
 for i, s in enumerate(samples):
     messages: list[dict[str, str]] = []

@@ -9,28 +9,11 @@ import random
 import statistics
 import time
 
-from fastforward.bench.runner import cache_sizes, settle_pages, warm_graphs
-from fastforward.core.compiled import inductor_cache
-from fastforward.core.decoder import GenerationConfig
-from fastforward.core.engine import compile_forward
-from fastforward.data import load_dataset
-from fastforward.data.base import render_prompt
-from fastforward.decoders.registry import build_decoders
-from fastforward.models.cache import cache_root, compiled_dir
-from fastforward.models.loading import load_model
+from bench_like import setup
 
-inductor_cache(str(cache_root()))
-lm = load_model("smollm2-135m", "float32", path="default", threads=2)
-compile_forward(lm.model, store=compiled_dir())
-samples = list(load_dataset("mtbench", limit=8))
-cfg = GenerationConfig(max_new_tokens=128)
-decs = build_decoders(os.environ.get("METHODS", "ar,ar:twin,jacobi,qsd,layerskip"), lm, None, {})
-warm_graphs(lm, decs, cache_sizes(lm, samples, cfg.max_new_tokens))
-first = render_prompt(lm.tokenizer, [{"role": "user", "content": samples[0].turns[0]}])
-for d in decs.values():
-    d.generate(first, GenerationConfig(max_new_tokens=16))
-    d.reopen_estimates()
-settle_pages()
+from fastforward.data.base import render_prompt
+
+lm, samples, cfg, decs = setup(os.environ.get("METHODS", "ar,ar:twin,jacobi,qsd,layerskip"), settle=True)
 names = list(decs)
 times = {n: 0.0 for n in names}
 toks = {n: 0 for n in names}
