@@ -302,6 +302,23 @@ def test_each_method_but_ar_gets_a_speedup_interval_over_the_turns_and_the_table
     lo, hi = out["methods"]["pld"]["speedup_interval_90"]
     assert 0 < lo <= hi
     assert f"({lo:.2f}-{hi:.2f})" in markdown_table({**out, "hardware": "test"})
+    assert "noise_floor" not in out  # no second AR row, no floor
+
+
+def test_a_bench_with_a_second_ar_row_records_its_noise_floor():
+    from fastforward.data import Sample
+
+    target = _tiny_with_tokenizer()
+    decoders = {n: build_decoder(n, target) for n in ("ar", "ar:twin", "pld")}
+    samples = [Sample(id=f"s{i}", dataset="t", turns=("count to ten",)) for i in range(3)]
+    out = run_bench(target, decoders, samples, GenerationConfig(max_new_tokens=6), "t", warmup=0)
+    floor, twin = out["noise_floor"], out["methods"]["ar:twin"]
+    assert floor["row"] == "ar:twin" and floor["speedup"] == twin["speedup_vs_ar"]
+    lo, hi = floor["band"]
+    assert lo <= min(twin["speedup_vs_ar"], *twin["speedup_interval_90"]) and hi >= twin["speedup_vs_ar"]
+    assert abs((1 - lo) - (hi - 1)) < 1e-9  # symmetric about 1.00x
+    pld = out["methods"]["pld"]["speedup_vs_ar"]
+    assert floor["within"] == (["pld"] if lo <= pld <= hi else [])
 
 
 def test_a_frozen_heap_stays_frozen_inside_another_and_thaws_with_the_outer():

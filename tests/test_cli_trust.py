@@ -467,6 +467,27 @@ def test_onednn_isa_cap_limits_the_flags_the_dtype_is_chosen_from(limit, dtype, 
     assert choose_dtype("cpu", flags, "AVX2" if limit == "AVX2" else "AVX512", False)[0] == dtype
 
 
+def test_a_second_ar_row_sets_the_noise_floor_each_speedup_is_read_against() -> None:
+    """With an ``ar:twin`` row the table says how far AR moved against itself and which methods sit inside
+    that band; the band reaches the twin's furthest interval end, on either side of 1.00x."""
+    from fastforward.bench.report import noise_floor, within_noise
+
+    result = _result("float32", 1.0)
+    result["methods"]["pld"].update(speedup_vs_ar=1.35)
+    result["methods"]["typical"].update(speedup_vs_ar=0.975)
+    result["methods"]["ar:twin"] = {**result["methods"]["ar"], "speedup_vs_ar": 1.01,
+                                    "speedup_interval_90": [0.97, 1.02]}  # fmt: skip
+    floor = noise_floor(result["methods"])
+    assert floor == {"row": "ar:twin", "speedup": 1.01, "band": [0.97, 1.03]}
+    assert within_noise(result["methods"], floor) == ["typical"]  # not ar, not the twin, not pld
+    table = markdown_table(result)
+    assert "Noise floor: ar:twin" in table and "0.97-1.03x" in table and "(inside it: typical)" in table
+    result["methods"]["typical"].update(speedup_vs_ar=0.96)
+    assert "(inside it: none)" in markdown_table(result)
+    assert noise_floor(_result("float32", 1.0)["methods"]) is None
+    assert "Noise floor" not in markdown_table(_result("float32", 1.0))
+
+
 def test_describe_names_an_isa_cap(monkeypatch) -> None:
     from fastforward.hardware import describe
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fastforward import hardware
-from fastforward.bench.report import ar_like  # one token per decode step
+from fastforward.bench.report import ar_like, noise_floor, within_noise  # ar_like: one token a step
 from fastforward.core.compiled import BUCKETS, compiled, tier, tiers
 from fastforward.core.decoder import Decoder, GenerationConfig
 from fastforward.core.engine import warm_buckets
@@ -356,6 +356,8 @@ def _summary(
         "config": resolved or {},
         "methods": methods,
     }
+    if (floor := noise_floor(methods)) is not None:  # a tagged AR row: how far AR moves against itself
+        out["noise_floor"] = {**floor, "within": within_noise(methods, floor)}
     if "hf_generate" in methods:
         out["ar_vs_hf_generate"] = methods[BASELINE]["tokens_per_s"] / max(
             methods["hf_generate"]["tokens_per_s"], 1e-9
