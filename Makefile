@@ -18,11 +18,14 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/assets.txt
 
 # Benchmarks every available method on the embedded default model (SmolLM2-135M-Instruct, fp32) through the
 # compiled engine, each against compiled AR, with eager AR (`ar_eager`) and transformers' generate() beside
-# them. The first run compiles six width buckets (~8-10 min on 2 cores) into the cache; later runs load them.
+# them, and a second compiled AR (`ar:twin`, --noise-floor): how far AR reads from itself in the same run, so
+# a method at 0.97x or 1.03x is read against it. The first run compiles six width buckets (~8-10 min on 2
+# cores) into the cache; later runs load them.
 demo: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
 	$(BIN)/fastforward bench --model smollm2-135m --dataset mtbench,gsm8k --limit 3 \
-		--max-new-tokens 96 --dtype float32 --path auto --compile on --methods all --out results/demo.json
+		--max-new-tokens 96 --dtype float32 --path auto --compile on --methods all --noise-floor \
+		--out results/demo.json
 
 # Two pytest workers (pytest-xdist), a test file each at a time, one torch thread each (tests/conftest.py):
 # most tests run tiny models whose steps are Python on one core, so two at a time use both cores of a 2-core

@@ -74,6 +74,7 @@ def test_cli_bench_writes_json_and_table(tmp_path):
             "6",
             "--methods",
             "ar,hf_generate",
+            "--noise-floor",
             "--warmup",
             "0",
             "--out",
@@ -86,6 +87,8 @@ def test_cli_bench_writes_json_and_table(tmp_path):
     data = json.loads(out.read_text())
     assert data["dataset"] == "gsm8k" and data["methods"]["ar"]["samples"] == 1
     assert "| ar |" in out.with_suffix(".md").read_text()
+    assert data["methods"]["ar:twin"]["samples"] == 1 and data["noise_floor"]["row"] == "ar:twin"
+    assert "Noise floor: ar:twin" in out.with_suffix(".md").read_text()
 
 
 def test_method_resolution_and_all_asks_each_decoder():

@@ -55,6 +55,11 @@ CASES: list[tuple[str, list[str], str]] = [
         ["bench", "--batch-size", "2", "--resume", "--out", "b.json"],
         "--resume is for the latency",
     ),
+    (
+        "batch-noise-floor",
+        ["bench", "--batch-size", "2", "--noise-floor"],
+        "--noise-floor is for the latency",
+    ),
     ("methods-unknown", ["bench", "--methods", "ar,warp-drive"], "unknown method 'warp-drive'"),
     ("methods-twice", ["bench", "--methods", "ar,pld,pld"], "lists a method twice"),
     ("method-unknown", ["generate", "--method", "warp", HI], "invalid choice: 'warp'"),

@@ -43,6 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds per method (excluded)")
     p.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="also time `ar:twin`, a second AR row in the same turns: how far AR reads from itself in this run; "
+        "the table names the methods whose speedup lies inside that band",
+    )
+    p.add_argument(
         "--llamacpp",
         nargs="?",
         const="",
@@ -122,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
         raise FastForwardError("--token-budget needs --batch-size")
     if args.batch_size and args.resume:
         raise FastForwardError("--resume is for the latency bench; a --batch-size pass is one measurement")
+    if args.batch_size and args.noise_floor:
+        raise FastForwardError(
+            "--noise-floor is for the latency bench: a --batch-size pass times each method once"
+        )
     if args.resume and paths is None:
         raise FastForwardError("--resume needs --out: the run to continue is found beside it")
     if paths is not None:
@@ -161,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size:
         return run_batched(args, target, draft, samples, paths)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
+    if args.noise_floor and TWIN not in decoders:
+        decoders.update(build_decoders(TWIN, target, draft, {}))
     config = generation_config(args, target)
     if config.constraint is not None:
         drop_unconstrained(decoders, args.methods)
@@ -204,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 LLAMA = "llamacpp"
+TWIN = "ar:twin"  # --noise-floor's row: AR again, under a tag (bench.report.noise_floor)
 
 
 def llamacpp_binary(args: argparse.Namespace) -> Path | None:
