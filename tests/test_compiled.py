@@ -113,6 +113,31 @@ def test_a_package_with_no_memory_to_build_runs_its_width_eagerly(tmp_path, monk
     assert again.tokens == out.tokens and again.stats.extras["forward"].startswith("eager (no width")
 
 
+def test_a_build_that_fits_only_alone_unloads_the_loaded_packages_first(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """Where a width's build does not fit beside the packages already loaded (each holding its weights) but
+    fits without them, they are dropped, said in one line, the width is built and runs compiled, and the
+    dropped ones load again from disk on their next use: no width runs eagerly, tokens are eager AR's."""
+    import fastforward.core.compiled as compiled_module
+
+    def room_for(self, build: bool) -> tuple[float, float] | None:  # a build fits only with nothing loaded
+        return (9.0, 1.0) if build and any(r is not None for r in self._packages.values()) else None
+
+    monkeypatch.setattr(compiled_module.CompiledForward, "room_for", room_for)
+    eager, fast = make_tiny("llama", vocab=96, seed=SEED), make_tiny("llama", vocab=96, seed=SEED)
+    ref = build_decoder("ar", eager).generate(PROMPT, greedy_config(24)).tokens
+    runner = compile_forward(fast.model, capacity=256, mode=None, store=tmp_path)
+    out = build_decoder("pld", fast, None, TWO_BUCKETS).generate(PROMPT, greedy_config(24))
+    assert out.tokens == ref and out.stats.extras["forward"] == "compiled" and runner.failed is None
+    err = capsys.readouterr().err
+    assert "runs eagerly instead" not in err and len(runner.used) > 1
+    assert err.count("to make room to build the") == len(runner.used) - 1  # every build after the first
+    assert all("built_s" in runner.startup[f"k{w}-s256"] for w in runner.used)  # kept through a reload
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert sorted(p.name for p in folder.glob("k*.pt2")) == sorted(f"k{w}-s256.pt2" for w in runner.used)
+
+
 def test_cache_tiers() -> None:
     assert tiers(256) == (256,) and tiers(512) == (512,) and tiers(2048) == (512, 1024, 2048)
     assert tiers(1536) == (512, 1024, 1536)
