@@ -496,8 +496,9 @@ def test_describe_names_an_isa_cap(monkeypatch) -> None:
 
 
 def test_the_table_says_when_a_method_ran_mostly_ar_steps() -> None:
-    """A method whose gate or gamma_auto fell back to AR on most steps is marked and explained, so its
-    ~1.00x does not read as the method's own result; results written before the split still render."""
+    """A method that got most of its tokens from AR steps (its gate or gamma_auto fell back, its drafter found
+    nothing) is marked and explained, so its ~1.00x does not read as the method's own result; results
+    written before the split still render, and without token counts the share of forwards decides."""
     result = _result("float32", 1.0)
     result["methods"]["pld"].update(ar_step_share=0.1)
     result["methods"]["typical"].update(ar_step_share=0.9)
@@ -506,7 +507,12 @@ def test_the_table_says_when_a_method_ran_mostly_ar_steps() -> None:
     assert "| parallel steps |" in table
     assert "| pld | " in table and "| 90% |" in table  # pld: 10% AR steps, no mark
     assert "| typical † |" in table and "| 10% |" in table
-    assert "mostly plain AR steps (typical 90% AR)" in table
+    assert "most tokens from plain AR steps (typical 90% of tokens)" in table
+    # more AR forwards than wide ones, but the wide ones gave most of the text: no mark (session 59's pld)
+    result["methods"]["pld"].update(ar_step_share=0.56, ar_steps=56, new_tokens=300)
+    assert "| pld | " in markdown_table(result) and "| 44% |" in markdown_table(result)
+    result["methods"]["pld"].update(ar_steps=240)  # 80% of the tokens from AR steps: marked
+    assert "| pld † |" in markdown_table(result) and "pld 80% of tokens" in markdown_table(result)
     assert "| ar | " in table and "ar †" not in table  # AR is AR: no mark, no share
     twin = _result("float32", 1.0)
     twin["methods"]["ar:twin"] = {**twin["methods"]["ar"], "ar_step_share": 1.0}
