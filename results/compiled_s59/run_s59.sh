@@ -3,11 +3,11 @@
 # cap. Nothing else of ours ran during a timing. Run from the repository root after
 #   bash recipes/llamacpp.sh build && bash recipes/llamacpp.sh convert
 #   for m in qwen2.5-coder-1.5b qwen2.5-coder-0.5b; do MODEL=$m KINDS="BF16 Q8_0 F32" bash recipes/llamacpp.sh convert; done
-# bash results/compiled_s59/run_s59.sh            (STEPS="1 2 3" picks parts)
+# bash results/compiled_s59/run_s59.sh            (STEPS picks parts 1-7; 1-3 by default; this session ran 1 (before 3f79888: width 8 eager), 7, 1, 2, 3, 4, 6, 4)
 set -x
 PY=${PY:-.venv/bin/python}
 OUT=results/compiled_s59
-REV=$(git rev-parse --short HEAD)
+REV=${REV:-$(git rev-parse --short HEAD)}
 for step in ${STEPS:-1 2 3}; do case $step in
 1)  # the 1.5B in bf16 (native here): its 1- and 8-token steps interleaved with llama.cpp BF16's, 4 rounds
     # (builds the two packages first; nothing timed while they build)
@@ -28,4 +28,23 @@ for step in ${STEPS:-1 2 3}; do case $step in
         --noise-floor --llamacpp ~/.cache/fastforward/llamacpp --out $OUT/bench_${ds}_${REV}.json \
         2> $OUT/bench_${ds}_${REV}.log
     done ;;
+4)  # SmolLM2 fp32: 1- and 8-token steps interleaved with llama.cpp F32, 4 rounds (packages of step 3)
+    "$PY" -m fastforward.bench.engine_table interleave --model smollm2-135m --dtype float32 --rounds 4 \
+      > $OUT/interleave_smollm2_fp32_r1.txt ;;  # run again 8 minutes later: _r2
+6)  # the float32 8-token step on the templates (the default) against oneDNN's linear, alternated 3 times
+    MODEL=smollm2-135m DTYPE=float32 MODE=build TEMPLATE_WIDTH=4 WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_aten8 \
+      "$PY" results/compiled_s59/fp32_gemm8.py > $OUT/fp32_gemm8_build.log 2>&1
+    for c in 1 2 3; do
+      MODEL=smollm2-135m DTYPE=float32 MODE=time WIDTHS=1,8 "$PY" results/compiled_s59/fp32_gemm8.py 2>/dev/null | grep '^{'
+      MODEL=smollm2-135m DTYPE=float32 MODE=time WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_aten8 \
+        "$PY" results/compiled_s59/fp32_gemm8.py 2>/dev/null | grep '^{'
+    done > $OUT/fp32_gemm8.txt ;;
+7)  # the 1.5B's 8-token bf16 package built alone, then inductor's concat-linear pass alternated with the default
+    WIDTH=8 "$PY" results/compiled_s59/build_bucket.py > $OUT/build_qwen15_bf16_w8.log 2>&1
+    MODE=build CONCAT=1 WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_concat "$PY" results/compiled_s59/concat.py \
+      > $OUT/concat_build_w8.log 2>&1
+    for c in 1 2 3; do
+      MODE=time WIDTHS=1,8 "$PY" results/compiled_s59/concat.py 2>/dev/null | grep '^{'
+      MODE=time WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_concat "$PY" results/compiled_s59/concat.py 2>/dev/null | grep '^{'
+    done > $OUT/concat_time.txt ;;
 esac; done
