@@ -485,6 +485,8 @@ def test_a_second_ar_row_sets_the_noise_floor_each_speedup_is_read_against() -> 
     result["methods"]["typical"].update(speedup_vs_ar=0.96)
     assert "(inside it: none)" in markdown_table(result)
     assert noise_floor(_result("float32", 1.0)["methods"]) is None
+    result["methods"] = {"ar:b": {**result["methods"]["ar"], "speedup_vs_ar": 0.9}, **result["methods"]}
+    assert noise_floor(result["methods"])["row"] == "ar:twin"  # --noise-floor's row, wherever it sits
     assert "Noise floor" not in markdown_table(_result("float32", 1.0))
 
 

@@ -136,6 +136,30 @@ def test_a_build_that_fits_only_alone_unloads_the_loaded_packages_first(
     assert all("built_s" in runner.startup[f"k{w}-s256"] for w in runner.used)  # kept through a reload
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert sorted(p.name for p in folder.glob("k*.pt2")) == sorted(f"k{w}-s256.pt2" for w in runner.used)
+    # a warm-up whose builds unloaded packages loads them all again before it returns: nothing timed reloads
+    again = make_tiny("llama", vocab=96, seed=SEED + 1)
+    other = compile_forward(again.model, capacity=256, mode=None, store=tmp_path / "warm")
+    warm_buckets(again.model, (1, 2, 4))
+    assert other.unloads == 2 and sorted(k[0] for k, run in other._packages.items() if run is not None) == [
+        1,
+        2,
+        4,
+    ]
+
+
+def test_unloading_helps_only_where_the_build_and_every_package_fit_afterwards() -> None:
+    """Dropping loaded packages for a build pays only where the build then fits and all of them fit again
+    beside the new one; else the new width is refused and the loaded ones stay (a 1-token package dropped
+    for a wide one could otherwise lose its own room)."""
+    from fastforward.core.memory import BUILD_FACTOR, PACKAGE_FACTOR, unloading_helps
+
+    w = 10**9
+    assert not unloading_helps(w, None, 2) and not unloading_helps(w, 10**12, 0)
+    # one loaded: the build needs 4.3 w, both loaded afterwards 2.08 w
+    assert unloading_helps(w, int((BUILD_FACTOR - PACKAGE_FACTOR) * w) + 1, 1)
+    assert not unloading_helps(w, int((BUILD_FACTOR - PACKAGE_FACTOR) * w) - 10**6, 1)
+    # five loaded: the build fits once they are out, but six packages do not fit where five and the room did
+    assert not unloading_helps(w, int(0.5 * w), 5) and unloading_helps(w, int(1.1 * w), 5)
 
 
 def test_cache_tiers() -> None:

@@ -172,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
         return run_batched(args, target, draft, samples, paths)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
     if args.noise_floor and TWIN not in decoders:
-        decoders.update(build_decoders(TWIN, target, None, {}))  # AR takes no draft, whatever the run has
+        decoders[TWIN] = build_decoders(TWIN, target, None, {})[
+            TWIN
+        ]  # AR takes no draft, whatever the run has
     config = generation_config(args, target)
     if config.constraint is not None:
         drop_unconstrained(decoders, args.methods)

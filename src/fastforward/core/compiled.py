@@ -548,6 +548,7 @@ class CompiledForward:
         self._fingerprint: str | None = None
         # per key: its loaded package, or None when packaging it failed (that key then uses torch.compile)
         self._packages: dict[tuple[int, bool, int], Callable[..., Any] | None] = {}
+        self.unloads = 0  # times loaded packages were dropped to make room for a build (_unload_for)
         self.startup: dict[str, dict[str, float]] = {}  # package name -> {"built_s"/"loaded_s": seconds}
         self._no_room: set[tuple[int, bool, int]] = set()  # keys whose package would not fit in memory
         self.widths = self._choose_widths(widths)
@@ -728,18 +729,24 @@ class CompiledForward:
 
     def _unload_for(self, what: str) -> bool:
         """Drop the packages this forward has loaded so that building ``what`` may fit, said in one line; they
-        load again from disk on their next use (seconds). True when any was dropped.
+        load again from disk on their next use (seconds). True when any was dropped: only where that makes room
+        for the build and for all of them loaded again beside it (:func:`fastforward.core.memory.unloading_helps`);
+        :func:`fastforward.core.engine.warm_buckets` then loads them again before anything is timed.
 
         Why: a package that holds its own copy of the weights needs several times them to build, and the
         ones already loaded hold their copies. On a 23 GiB machine the 1.5B's bf16 8-token build (~11 GB above
         the process) did not fit beside its loaded 1-token package and ran eagerly at 6-9x the 1-token step's
         time, while built first it fits, and loading both afterwards takes 7.4 GB (session 59)."""
         loaded = [key for key, run in self._packages.items() if run is not None]
-        if not loaded:
+        memory.return_freed_memory()
+        if not memory.unloading_helps(
+            memory.weight_bytes(self.model), memory.available_memory(), len(loaded)
+        ):
             return False
         for key in loaded:
             del self._packages[key]
         memory.return_freed_memory()
+        self.unloads += 1
         log(
             f"--compile: unloaded {len(loaded)} package(s) to make room to build {what}; they load again from "
             "disk on their next use"

@@ -85,6 +85,20 @@ def shortfall(weights: int, build: bool) -> tuple[float, float] | None:
     return (need / 1e9, free / 1e9) if free is not None and free < need else None
 
 
+def unloading_helps(weights: int, available: int | None, loaded: int) -> bool:
+    """Whether dropping ``loaded`` packages (each holding ``weights`` bytes of weights) makes room to build one
+    more, and to load all of them again afterwards beside it, in ``available`` bytes. False where the free
+    memory is unknown (nothing is refused then anyway) or nothing is loaded.
+
+    Why both: dropping packages for a build that still would not fit reloads them for nothing, and a build
+    that fits only while the others are out would leave one of them without room when it loads again; that
+    width (perhaps the 1-token one every AR step runs) would then run eagerly instead of the new one."""
+    if available is None or loaded <= 0:
+        return False
+    room = available + loaded * PACKAGE_FACTOR * weights
+    return room >= max(BUILD_FACTOR, (loaded + 1) * PACKAGE_FACTOR) * weights
+
+
 def return_freed_memory() -> None:
     """Collect garbage and ask glibc to give its freed heap back to the system (``malloc_trim``; a no-op
     elsewhere). Why: a package build frees ~15 GB of temporaries for the 1.5B, which glibc keeps mapped, so
