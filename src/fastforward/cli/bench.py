@@ -165,16 +165,14 @@ def run(args: argparse.Namespace) -> int:
     from fastforward.bench.runner import run_bench
     from fastforward.cli.common import generation_config, load_models
     from fastforward.core.options import parse_options
-    from fastforward.decoders.registry import build_decoders
+    from fastforward.decoders.registry import build_decoder, build_decoders
 
     target, draft = load_models(args)
     if args.batch_size:
         return run_batched(args, target, draft, samples, paths)
     decoders = build_decoders(args.methods, target, draft, parse_options(args.opt))
     if args.noise_floor and TWIN not in decoders:
-        decoders[TWIN] = build_decoders(TWIN, target, None, {})[
-            TWIN
-        ]  # AR takes no draft, whatever the run has
+        decoders[TWIN] = build_decoder(TWIN, target)  # AR takes no draft, whatever the run has
     config = generation_config(args, target)
     if config.constraint is not None:
         drop_unconstrained(decoders, args.methods)

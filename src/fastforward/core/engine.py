@@ -689,20 +689,20 @@ def warm_buckets(
     t0 = time.perf_counter()
     engine = ModelEngine(model)
     ids = torch.zeros(1, 8, dtype=torch.long, device=next(model.parameters()).device)
-    unloads = getattr(runner, "unloads", 0)
+
+    def warm_each() -> None:
+        for size in sizes or (0,):
+            engine.start(ids, hidden, capacity=max(0, size - BUCKETS[-1]))  # lands in the tier of that size
+            try:  # each asked width warms the graph it pads up to (none past the widest compiled width)
+                for w in sorted({b for w in widths if (b := bucket(w, runner.widths)) is not None}):
+                    engine.forward([Block.chain([0] * w)], hidden=hidden)
+                    engine.truncate(0, 8)
+            finally:
+                engine.close()
+
+    unloads = runner.unloads
     with torch.inference_mode():
-        for _ in range(2):  # a second pass where a build unloaded packages: it loads them again (all on disk)
-            for size in sizes or (0,):
-                engine.start(
-                    ids, hidden, capacity=max(0, size - BUCKETS[-1])
-                )  # lands in the tier of that size
-                try:  # each asked width warms the graph it pads up to (none past the widest compiled width)
-                    for w in sorted({b for w in widths if (b := bucket(w, runner.widths)) is not None}):
-                        engine.forward([Block.chain([0] * w)], hidden=hidden)
-                        engine.truncate(0, 8)
-                finally:
-                    engine.close()
-            if getattr(runner, "unloads", 0) == unloads:
-                break
-            unloads = getattr(runner, "unloads", 0)
+        warm_each()
+        if runner.unloads != unloads:  # a build dropped loaded packages: load them again (all are on disk)
+            warm_each()
     return time.perf_counter() - t0
