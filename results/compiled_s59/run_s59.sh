@@ -33,18 +33,18 @@ for step in ${STEPS:-1 2 3}; do case $step in
       > $OUT/interleave_smollm2_fp32_r1.txt ;;  # run again 8 minutes later: _r2
 6)  # the float32 8-token step on the templates (the default) against oneDNN's linear, alternated 3 times
     MODEL=smollm2-135m DTYPE=float32 MODE=build TEMPLATE_WIDTH=4 WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_aten8 \
-      "$PY" results/compiled_s59/fp32_gemm8.py > $OUT/fp32_gemm8_build.log 2>&1
+      "$PY" results/compiled_s59/package_ab.py > $OUT/fp32_gemm8_build.log 2>&1
     for c in 1 2 3; do
-      MODEL=smollm2-135m DTYPE=float32 MODE=time WIDTHS=1,8 "$PY" results/compiled_s59/fp32_gemm8.py 2>/dev/null | grep '^{'
+      MODEL=smollm2-135m DTYPE=float32 MODE=time WIDTHS=1,8 "$PY" results/compiled_s59/package_ab.py 2>/dev/null | grep '^{'
       MODEL=smollm2-135m DTYPE=float32 MODE=time WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_aten8 \
-        "$PY" results/compiled_s59/fp32_gemm8.py 2>/dev/null | grep '^{'
+        "$PY" results/compiled_s59/package_ab.py 2>/dev/null | grep '^{'
     done > $OUT/fp32_gemm8.txt ;;
 7)  # the 1.5B's 8-token bf16 package built alone, then inductor's concat-linear pass alternated with the default
     WIDTH=8 "$PY" results/compiled_s59/build_bucket.py > $OUT/build_qwen15_bf16_w8.log 2>&1
-    MODE=build CONCAT=1 WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_concat "$PY" results/compiled_s59/concat.py \
+    MODE=build CONCAT=1 WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_concat "$PY" results/compiled_s59/package_ab.py \
       > $OUT/concat_build_w8.log 2>&1
     for c in 1 2 3; do
-      MODE=time WIDTHS=1,8 "$PY" results/compiled_s59/concat.py 2>/dev/null | grep '^{'
-      MODE=time WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_concat "$PY" results/compiled_s59/concat.py 2>/dev/null | grep '^{'
+      MODE=time WIDTHS=1,8 "$PY" results/compiled_s59/package_ab.py 2>/dev/null | grep '^{'
+      MODE=time WIDTHS=8 STORE=$HOME/.cache/fastforward/compiled_concat "$PY" results/compiled_s59/package_ab.py 2>/dev/null | grep '^{'
     done > $OUT/concat_time.txt ;;
 esac; done

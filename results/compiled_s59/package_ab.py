@@ -1,7 +1,13 @@
-"""SmolLM2's float32 8-token step on this Zen 4 EPYC: inductor's GEMM templates (the default since session 56,
-``FP32_TEMPLATE_WIDTH`` 8) against oneDNN's linear (``TEMPLATE_WIDTH=4``: widths above 4 on ATen), each
-built into a store of its own and alternated (``concat.py``'s modes: MODE=build / MODE=time, MODEL, DTYPE,
-STORE, WIDTHS). Nothing else ran."""
+"""One compiled package set against another, each built into a store of its own and timed in alternating
+processes (session 59). The 1.5B's bf16 8-token step with inductor's concat-linear freezing pass (``CONCAT=1``,
+``cpp.enable_concat_linear``: q/k/v, and gate/up, each one GEMM over their shared input), and SmolLM2's float32
+8-token step on oneDNN's linear instead of the GEMM templates (``TEMPLATE_WIDTH=4``: float32 widths above 4 on
+ATen).
+
+MODE=build: build the ``WIDTHS`` packages of ``MODEL``/``DTYPE`` into the store ``STORE`` (nothing timed).
+MODE=time: load the packages of ``STORE`` (default: the usual store) and print the ``WIDTHS`` steps after 200
+cached tokens, medians of 9, as one JSON line (``engine_table.forward_ms``, the interleave's timer).
+Run one process per store, alternated, so both see the same host."""
 
 import json
 import os
