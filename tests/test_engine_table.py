@@ -99,6 +99,12 @@ def test_an_interleaved_round_keeps_both_engines_costs_and_ratios() -> None:
     int8 = interleave_row(0, "bfloat16", {1: 50.0, 8: 200.0}, {1: 80.0, 8: 300.0}, "int8")
     # the weights say which GGUF the round ran against
     assert int8["weights"] == "int8" and int8["ours_k8_k1"] == 4.0
+    assert "huge_page_bytes" not in int8
+    # the pages our steps were timed on are said in the row
+    assert (
+        interleave_row(1, "float32", {1: 20.0, 8: 31.0}, {1: 18.0, 8: 36.0}, huge=6 << 21)["huge_page_bytes"]
+        == 6 << 21
+    )
 
 
 def test_a_timed_forward_leaves_the_cache_as_it_found_it() -> None:

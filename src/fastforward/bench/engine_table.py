@@ -142,13 +142,20 @@ def forward_ms(engine: Any, k: int, reps: int, context: int) -> float:
 
 
 def interleave_row(
-    n: int, dtype: str, ours: dict[int, float], llama: dict[int, float], weights: str = "full"
+    n: int,
+    dtype: str,
+    ours: dict[int, float],
+    llama: dict[int, float],
+    weights: str = "full",
+    huge: int | None = None,
 ) -> dict[str, Any]:
-    """One round of :func:`interleave_k8_k1`: both engines' 1- and 8-token costs (ms) and their ratios."""
+    """One round of :func:`interleave_k8_k1`: both engines' 1- and 8-token costs (ms) and their ratios, and
+    (``huge``) the bytes of our process on 2 MB pages while it was timed."""
     return {
         "dtype": dtype, **({"weights": weights} if weights != "full" else {}), "round": n, "ours_k1": round(ours[1], 2), "ours_k8": round(ours[8], 2),
         "ours_k8_k1": round(ours[8] / ours[1], 2), "llamacpp_k1": round(llama[1], 2),
         "llamacpp_k8": round(llama[8], 2), "llamacpp_k8_k1": round(llama[8] / llama[1], 2),
+        **({"huge_page_bytes": huge} if huge is not None else {}),
     }  # fmt: skip
 
 
@@ -167,7 +174,10 @@ def interleave_k8_k1(
     round, one row each (printed as it comes).
 
     Why interleaved: this host's speed drifts by 15-30% within minutes, so a ratio between two engines is
-    read within a round, never across runs (session 43)."""
+    read within a round, never across runs (session 43). Why on huge pages
+    (:func:`fastforward.core.memory.huge_pages`, once the packages are loaded): a bench, a server and chat put
+    the packages' weights there before their first timed step, so these are the steps they run; without it
+    this timer read the steps on 4 KB pages, on which none of them decodes (session 60)."""
     import subprocess
 
     import torch
@@ -175,6 +185,7 @@ def interleave_k8_k1(
     from fastforward.bench.llamacpp import binary, gguf_file, gguf_type
     from fastforward.core.compiled import inductor_cache
     from fastforward.core.engine import ModelEngine, compile_forward
+    from fastforward.core.memory import huge_pages
     from fastforward.models.cache import cache_root, compiled_dir
     from fastforward.models.loading import load_model
 
@@ -189,11 +200,12 @@ def interleave_k8_k1(
         engine.start(torch.arange(100, 100 + context)[None], capacity=context + 100)
         for k in (1, 8):  # builds or loads both packages before anything is timed
             forward_ms(engine, k, 1, context)
+        huge = huge_pages()  # as a bench, a server and chat do before their first timed step
         for n in range(rounds):
             ours = {k: forward_ms(engine, k, reps, context) for k in (1, 8)}
             out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
             _, curves = llamacpp_rows([json.loads(x) for x in out.splitlines() if x.strip()])
-            rows.append(interleave_row(n, dtype, ours, next(iter(curves.values())), weights))
+            rows.append(interleave_row(n, dtype, ours, next(iter(curves.values())), weights, huge))
             print(json.dumps(rows[-1]), flush=True)
         engine.close()
     return rows
