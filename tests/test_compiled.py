@@ -121,7 +121,7 @@ def test_a_build_that_fits_only_alone_unloads_the_loaded_packages_first(
     dropped ones load again from disk on their next use: no width runs eagerly, tokens are eager AR's."""
     import fastforward.core.compiled as compiled_module
 
-    def room_for(self, build: bool) -> tuple[float, float] | None:  # a build fits only with nothing loaded
+    def room_for(self, build: bool, width: int) -> tuple[float, float] | None:  # fits only with none loaded
         return (9.0, 1.0) if build and any(r is not None for r in self._packages.values()) else None
 
     monkeypatch.setattr(compiled_module.CompiledForward, "room_for", room_for)
@@ -160,6 +160,36 @@ def test_unloading_helps_only_where_the_build_and_every_package_fit_afterwards()
     assert not unloading_helps(w, int((BUILD_FACTOR - PACKAGE_FACTOR) * w) - 10**6, 1)
     # five loaded: the build fits once they are out, but six packages do not fit where five and the room did
     assert not unloading_helps(w, int(0.5 * w), 5) and unloading_helps(w, int(1.1 * w), 5)
+    # a build that needs less (a bf16 one on ATen alone) is made room for where the default one is not
+    assert unloading_helps(w, int((3.3 - PACKAGE_FACTOR) * w) + 1, 1, factor=3.3)
+    assert not unloading_helps(w, int((3.3 - PACKAGE_FACTOR) * w) + 1, 1)
+
+
+def test_a_bf16_build_on_aten_alone_is_sized_by_its_own_smaller_factor() -> None:
+    """The 1.5B's bf16 8-token build (oneDNN's linear) peaked at 2.8x its weights and was refused at the
+    templates' 4.3x with 15.2 GB free (session 60): only that kind of build is sized by the smaller factor."""
+    import torch
+
+    from fastforward.core.memory import (
+        ATEN_BF16_BUILD_FACTOR,
+        BUILD_FACTOR,
+        PACKAGE_FACTOR,
+        build_factor,
+        shortfall,
+    )
+
+    assert build_factor(torch.bfloat16, "ATEN", False) == ATEN_BF16_BUILD_FACTOR < BUILD_FACTOR
+    for dtype, gemm, quantized in (
+        (torch.bfloat16, "CPP", False),  # the templates (AMX, or 1-4 tokens on AVX-512)
+        (torch.bfloat16, "ATEN", True),  # int8/int4 weights
+        (torch.float16, "ATEN", False),
+        (torch.float32, "ATEN", False),
+    ):
+        assert build_factor(dtype, gemm, quantized) == BUILD_FACTOR
+    huge = 10**15  # more than any machine has free: the need and what is free are both said
+    need, free = shortfall(huge, True, ATEN_BF16_BUILD_FACTOR)
+    assert need == ATEN_BF16_BUILD_FACTOR * huge / 1e9 and free < need
+    assert shortfall(huge, False)[0] == PACKAGE_FACTOR * huge / 1e9  # loading needs the package alone
 
 
 def test_cache_tiers() -> None:

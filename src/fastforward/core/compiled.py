@@ -585,12 +585,18 @@ class CompiledForward:
             )
         return fit
 
-    def room_for(self, build: bool) -> tuple[float, float] | None:
-        """(GB building, or else loading, a package needs; GB free) when that would not fit in memory now,
-        else None (always None for packages that share the weights, or where the free memory is unknown)."""
+    def room_for(self, build: bool, width: int) -> tuple[float, float] | None:
+        """(GB building, or else loading, the ``width`` package needs; GB free) when that would not fit in
+        memory now, else None (always None for packages that share the weights, or where the free memory is
+        unknown)."""
         if not self._copies_weights():
             return None
-        return memory.shortfall(memory.weight_bytes(self.model), build)
+        return memory.shortfall(memory.weight_bytes(self.model), build, self._build_factor(width))
+
+    def _build_factor(self, width: int) -> float:
+        """The ``width`` package's build peak in weight bytes: :func:`fastforward.core.memory.build_factor` of
+        this model's dtype, weights and that width's GEMM backends."""
+        return memory.build_factor(self._dtype, self.gemm_for(width), self._quantized)
 
     def _refuse(self, key: tuple[int, bool, int]) -> None:
         """No memory for ``key``'s package: this forward runs eagerly, and its width leaves :attr:`widths`,
@@ -687,9 +693,9 @@ class CompiledForward:
             path = self.store / fp / aot.package_name(k, hidden, size)
             aot.mark_used(path.parent)
             for attempt in range(2):
-                short = self.room_for(build=not path.exists())
-                if short is not None and not path.exists() and self._unload_for(what):
-                    short = self.room_for(build=True)
+                short = self.room_for(not path.exists(), k)
+                if short is not None and not path.exists() and self._unload_for(what, k):
+                    short = self.room_for(True, k)
                 if short is not None:
                     log(
                         f"--compile: {'building' if not path.exists() else 'loading'} {what} needs "
@@ -727,7 +733,7 @@ class CompiledForward:
             )
         return None
 
-    def _unload_for(self, what: str) -> bool:
+    def _unload_for(self, what: str, width: int) -> bool:
         """Drop the packages this forward has loaded so that building ``what`` may fit, said in one line; they
         load again from disk on their next use (seconds). True when any was dropped: only where that makes room
         for the build and for all of them loaded again beside it (:func:`fastforward.core.memory.unloading_helps`);
@@ -740,7 +746,10 @@ class CompiledForward:
         loaded = [key for key, run in self._packages.items() if run is not None]
         memory.return_freed_memory()
         if not memory.unloading_helps(
-            memory.weight_bytes(self.model), memory.available_memory(), len(loaded)
+            memory.weight_bytes(self.model),
+            memory.available_memory(),
+            len(loaded),
+            self._build_factor(width),
         ):
             return False
         for key in loaded:

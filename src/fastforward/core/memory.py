@@ -39,7 +39,27 @@ STORE_GB_ENV = "FASTFORWARD_COMPILED_GB"
 STORE_GB = 8.0  # the least default bound on the package store, in GB (10**9 bytes)
 DISK_SHARE = 0.5  # of the free disk plus the store, the share the store may take by default
 BUILD_FACTOR = 4.3  # a build's peak above the process's resident memory, in weight bytes
+# the same for a bfloat16 build whose GEMMs are all ATen's (oneDNN's prepacked linear): see build_factor
+ATEN_BF16_BUILD_FACTOR = 3.3
 PACKAGE_FACTOR = 1.04  # a loaded package that holds its own weights, in weight bytes
+
+
+def build_factor(dtype: torch.dtype, gemm: str, quantized: bool) -> float:
+    """A package build's peak memory above the process, in weight bytes, for a model in ``dtype`` whose GEMMs
+    go to the backends ``gemm`` (``max_autotune_gemm_backends``), with int8/int4 weights where ``quantized``.
+
+    Why two: :data:`BUILD_FACTOR` was measured on builds over inductor's GEMM templates (bf16 on AMX, 4.3x).
+    A bfloat16 build on ATen alone (oneDNN's prepacked linear: the widths above 4 on an AVX-512 CPU without
+    AMX) takes less. Qwen2.5-Coder-1.5B's 8-token build on a 2-core Zen 4 EPYC (3.56 GB of weights): a 14.1 GB
+    peak resident in a process of its own (session 59), and 10.0 GB out of ``MemAvailable`` beside the loaded
+    model, sampled every second (session 60, results/compiled_s60/memavail_build_qwen15_w8.txt): 2.8x. At
+    4.3x that build (15.3 GB) was refused with 15.2 GB free in a first bench of the 1.5B pair, so its 8-token
+    steps ran eagerly at 6-9x the 1-token step and every method fell below AR (0.71-0.86x, session 60).
+    3.3 keeps ~0.5x of margin over the measured 2.8. Everything else (templates, int8/int4 weights, float16)
+    keeps the measured 4.3."""
+    if dtype == torch.bfloat16 and gemm == "ATEN" and not quantized:
+        return ATEN_BF16_BUILD_FACTOR
+    return BUILD_FACTOR
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -75,20 +95,22 @@ def packages_that_fit(weights: int, available: int | None, most: int) -> int:
     return max(1, min(most, 1 + int(room // (PACKAGE_FACTOR * weights)))) if room > 0 else 1
 
 
-def shortfall(weights: int, build: bool) -> tuple[float, float] | None:
+def shortfall(weights: int, build: bool, factor: float = BUILD_FACTOR) -> tuple[float, float] | None:
     """(GB that building, or else loading, a package holding ``weights`` bytes of weights needs; GB free)
-    when it would not fit now, else None (also where the free memory is unknown). Memory an earlier build
-    freed is handed back first (:func:`return_freed_memory`), so it counts as free."""
+    when it would not fit now, else None (also where the free memory is unknown). A build needs ``factor``
+    times the weights (:func:`build_factor`). Memory an earlier build freed is handed back first
+    (:func:`return_freed_memory`), so it counts as free."""
     return_freed_memory()
     free = available_memory()
-    need = (BUILD_FACTOR if build else PACKAGE_FACTOR) * weights
+    need = (factor if build else PACKAGE_FACTOR) * weights
     return (need / 1e9, free / 1e9) if free is not None and free < need else None
 
 
-def unloading_helps(weights: int, available: int | None, loaded: int) -> bool:
+def unloading_helps(weights: int, available: int | None, loaded: int, factor: float = BUILD_FACTOR) -> bool:
     """Whether dropping ``loaded`` packages (each holding ``weights`` bytes of weights) makes room to build one
-    more, and to load all of them again afterwards beside it, in ``available`` bytes. False where the free
-    memory is unknown (nothing is refused then anyway) or nothing is loaded.
+    more (``factor`` times the weights, :func:`build_factor`), and to load all of them again afterwards beside
+    it, in ``available`` bytes. False where the free memory is unknown (nothing is refused then anyway) or
+    nothing is loaded.
 
     Why both: dropping packages for a build that still would not fit reloads them for nothing, and a build
     that fits only while the others are out would leave one of them without room when it loads again; that
@@ -96,7 +118,7 @@ def unloading_helps(weights: int, available: int | None, loaded: int) -> bool:
     if available is None or loaded <= 0:
         return False
     room = available + loaded * PACKAGE_FACTOR * weights
-    return room >= max(BUILD_FACTOR, (loaded + 1) * PACKAGE_FACTOR) * weights
+    return room >= max(factor, (loaded + 1) * PACKAGE_FACTOR) * weights
 
 
 def return_freed_memory() -> None:
