@@ -53,6 +53,24 @@ NOISE_NOTE = (
     "{lo:.2f}-{hi:.2f}x cannot be told from AR in this run (inside it: {inside})."
 )
 
+WIDTHS_NOTE = (
+    "Compiled graphs for {widths} fed tokens: a forward pads up to the next of them, and one of more than "
+    "{widest} runs eagerly{wide}."
+)
+
+
+def widths_note(result: dict[str, Any]) -> str | None:
+    """The line that says which forward widths ran compiled (``compiled_widths`` of a compiled run), None for an
+    eager one. Why in the table: a width whose package did not fit in memory runs eagerly, at several times
+    the compiled step's cost, and every method's wide steps then pay it; the 1.5B pair's first bench on a 23
+    GiB machine ran with the 1-token graph alone and read every method at 0.71-0.86x of AR, with nothing in
+    the table to say why (session 60)."""
+    widths = result.get("compiled_widths")
+    if result.get("engine") != "compiled" or not widths:
+        return None
+    wide = " (every wider step of a method ran eagerly)" if max(widths) == 1 else ""
+    return WIDTHS_NOTE.format(widths=", ".join(map(str, widths)), widest=max(widths), wide=wide)
+
 
 def ar_like(name: str) -> bool:
     """A reference row that runs one token per forward by construction: AR, eager AR, ``generate()``,
@@ -173,6 +191,9 @@ def markdown_table(result: dict[str, Any]) -> str:
             row=floor["row"], speedup=floor["speedup"], lo=floor["band"][0], hi=floor["band"][1],
             inside=", ".join(inside) if inside else "none",
         )]  # fmt: skip
+    widths = widths_note(result)
+    if widths is not None:
+        lines += ["", widths]
     if "ar_vs_hf_generate" in result:
         lines += ["", f"AR baseline / transformers generate(): {result['ar_vs_hf_generate']:.2f}x"]
     sampled = all(m["identical_to_ar"] is None for m in result["methods"].values())
