@@ -534,3 +534,14 @@ def test_the_table_says_when_a_method_ran_mostly_ar_steps() -> None:
     auto = _result("float32", 1.0)
     auto["methods"]["auto"] = {**auto["methods"]["pld"], "auto_choice": "lookahead"}
     assert "| auto → lookahead |" in markdown_table(auto)
+
+
+def test_a_frozen_copy_of_the_tree_still_names_its_revision() -> None:
+    """``git archive`` writes its commit into hardware.py (.gitattributes: export-subst), so a results file
+    timed from an archived copy names the code it ran; a checkout's placeholder names nothing."""
+    from fastforward.hardware import archived_revision
+
+    assert archived_revision("$Format:%H$") is None  # the placeholder, as a checkout holds it
+    assert archived_revision("9cc296e0b1") == "9cc296e0b1" and archived_revision("") is None
+    attributes = (Path(__file__).resolve().parents[1] / ".gitattributes").read_text()
+    assert "src/fastforward/hardware.py export-subst" in attributes

@@ -147,8 +147,22 @@ def describe() -> str:
     return "; ".join(parts)
 
 
+# ``git archive`` writes the archived commit here (.gitattributes: export-subst); a checkout keeps the placeholder
+ARCHIVED_REVISION = "$Format:%H$"
+
+
+def archived_revision(text: str = ARCHIVED_REVISION) -> str | None:
+    """The commit a ``git archive`` of the tree was made from (``text`` as the archive wrote it), None in a
+    checkout, where the placeholder stays as it is."""
+    return None if not text or text.startswith("$Format") else text
+
+
 def git_revision(where: Path | None = None) -> str | None:
-    """The commit the code ran from (``+dirty`` with uncommitted changes); None outside a git checkout."""
+    """The commit the code ran from (``+dirty`` with uncommitted changes); outside a git checkout, the commit
+    of the ``git archive`` it came from, else None.
+
+    Why the archive: timings run from a frozen copy of the tree (``git archive HEAD | tar -x``) so that work
+    on the checkout cannot change the code mid-run, and their results files recorded no revision at all."""
     import subprocess
 
     where = where or Path(__file__).resolve().parent
@@ -157,7 +171,7 @@ def git_revision(where: Path | None = None) -> str | None:
             ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5
         )
         if rev.returncode != 0:
-            return None
+            return archived_revision()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=where, capture_output=True, text=True, timeout=5,
