@@ -418,7 +418,8 @@ def test_the_table_separates_fp32_exactness_from_bf16_agreement() -> None:
 def test_the_table_says_which_widths_ran_compiled() -> None:
     """A compiled run's table names its graphs' widths; one whose wide package did not fit says that every
     wider step ran eagerly (the 1.5B pair's first bench, session 60); an eager run says nothing of graphs."""
-    assert "Compiled graphs" not in markdown_table(_result("float32", 1.0))
+    eager = {**_result("float32", 1.0), "engine": "eager", "compiled_widths": [1, 8]}
+    assert "Compiled graphs" not in markdown_table(eager)
     two = markdown_table({**_result("float32", 1.0), "engine": "compiled", "compiled_widths": [1, 8]})
     assert "Compiled graphs for 1, 8 fed tokens" in two and "more than 8 runs eagerly." in two
     one = markdown_table({**_result("bfloat16", 1.0), "engine": "compiled", "compiled_widths": [1]})

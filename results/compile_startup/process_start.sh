@@ -4,7 +4,8 @@
 # compiled again (cached start). Prints one JSON line. Machine must be quiet.
 #   bash results/compile_startup/process_start.sh > results/compile_startup/process_start_<isa>.json
 # FF: the fastforward command, split on spaces (default .venv/bin/fastforward; e.g. "python -m fastforward"
-# from a frozen copy of the tree); REV: the revision to record where the tree is no git checkout.
+# from a frozen copy of the tree); PY: the python that reads the ISA (default .venv/bin/python); REV: the
+# revision to record where the tree is no git checkout.
 set -euo pipefail
 FF=${FF:-.venv/bin/fastforward}
 CACHE=${FASTFORWARD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastforward}
@@ -24,6 +25,6 @@ cold=$(FASTFORWARD_CACHE=$COLD run $FF "${ARGS[@]}" --compile on)
 cached=$(FASTFORWARD_CACHE=$COLD run $FF "${ARGS[@]}" --compile on)
 size=$(du -sb "$COLD/compiled" | cut -f1)
 rm -rf "$COLD"
-isa=$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')
+isa=$(${PY:-.venv/bin/python} -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')
 printf '{"eager_s": %.1f, "cold_first_start_s": %.1f, "cached_start_s": %.1f, "package_bytes": %s, "isa": "%s", "onednn_cap": "%s", "revision": "%s"}\n' \
   "$eager" "$cold" "$cached" "$size" "$isa" "${ONEDNN_MAX_CPU_ISA:-}" "$(echo ${REV:-$(git rev-parse --short HEAD)})"

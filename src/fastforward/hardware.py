@@ -176,8 +176,8 @@ def git_revision(where: Path | None = None) -> str | None:
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=where, capture_output=True, text=True, timeout=5,
         )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
+    except (OSError, subprocess.SubprocessError):  # no git at all: an archived copy still names its commit
+        return archived_revision()
     return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
