@@ -43,6 +43,7 @@ def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
     test could start from a user's measurements instead of its own. Each session now measures its own, and
     the two workers of one `make test` share them (the session's common temporary folder), as they shared the
     user's before."""
+    from fastforward.core.compiled import inductor_cache
     from fastforward.models.cache import cache_root
 
     real = cache_root().absolute()  # a relative FASTFORWARD_CACHE must not make links into the tmp folder
@@ -58,6 +59,15 @@ def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
                 (root / name).symlink_to(real / name, target_is_directory=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FASTFORWARD_CACHE", str(root))
+        # a test's own torch.compile too keeps inductor's kernels in a folder of this process's ISA, as the
+        # engine's builds do: from torch's shared default folder, a run under the AVX2 cap read kernels an
+        # uncapped run had written and the compiled attention test got garbage (session 61)
+        current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        if current is None:
+            mp.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # so that the session's end unsets it again
+        else:
+            mp.setenv("TORCHINDUCTOR_CACHE_DIR", current)
+        inductor_cache(str(root))
         yield root
 
 

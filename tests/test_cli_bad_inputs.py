@@ -19,6 +19,7 @@ import pytest
 
 HI = "hi"
 CORRUPT_CACHE = {"model-corrupt-cache"}  # cases run with FASTFORWARD_CACHE pointing at a corrupt cache
+AVX2_CAP = {"w8a8-without-vnni"}  # cases run under ONEDNN_MAX_CPU_ISA=AVX2: no VNNI on any CPU
 
 # (id, argv, a fragment the one error line must contain). Paths in argv are relative to a scratch directory
 # that the `scratch` fixture fills with the files named here.
@@ -41,6 +42,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("weights-unknown", ["generate", "--weights", "int2", HI], "invalid choice: 'int2'"),
     ("buckets-odd-width", ["bench", "--buckets", "1,3"], "--buckets takes auto or widths from 1,2,4,8,16,32"),
     ("buckets-empty", ["generate", "--buckets", ",", HI], "--buckets takes auto or widths"),
+    ("w8a8-without-vnni", ["generate", "--weights", "w8a8", HI], "needs VNNI"),
     ("weights-with-path", ["bench", "--weights", "int8", "--path", "prepacked"], "takes no kernel path"),
     (
         "weights-with-fp32-head",
@@ -337,6 +339,8 @@ def _run(case_id: str, argv: list[str], cwd: Path) -> subprocess.CompletedProces
     env = dict(os.environ)
     if case_id in CORRUPT_CACHE:
         env["FASTFORWARD_CACHE"] = str(cwd / "cache")
+    if case_id in AVX2_CAP:
+        env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     return subprocess.run(
         [sys.executable, "-m", "fastforward", *argv],
         cwd=cwd,

@@ -25,6 +25,7 @@ from fastforward.core.compiled import ROWWISE, grouped_attention, rowwise_attent
 from fastforward.core.engine import compile_forward
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
+from fastforward.hardware import vnni_usable
 from fastforward.models.loading import LoadedModel, load_model, weights_of
 from fastforward.models.quantize import layer_kinds, quantize_linear, quantize_rows, quantized_copy
 from fastforward.models.weights import weights_error
@@ -70,8 +71,6 @@ def test_int8_activations_are_rounded_per_row() -> None:
 
 
 def _vnni() -> bool:
-    from fastforward.core.int8_gemm import vnni_usable
-
     return vnni_usable()
 
 
@@ -79,7 +78,8 @@ def _vnni() -> bool:
     not _vnni(),
     strict=True,
     reason="known bug (session 60): without VNNI (an AVX2-only CPU, or ONEDNN_MAX_CPU_ISA=AVX2) torch._int_mm "
-    "saturates pairs of int8 products in int16 (37415 off in a 5x128x64 product), so W8A8 is wrong there",
+    "saturates pairs of int8 products in int16 (37415 off in a 5x128x64 product), so --weights w8a8 is refused "
+    "there (test_w8a8_without_vnni_is_refused_in_one_line_before_loading)",
 )
 def test_w8a8_linear_is_close_to_the_float_layer() -> None:
     torch.manual_seed(0)
@@ -169,6 +169,10 @@ def test_a_w8a8_model_runs_rowwise_attention_and_every_method_decodes_its_ar() -
 
 @pytest.fixture(scope="module")
 def smollm2_w8a8() -> LoadedModel:
+    if not _vnni():
+        pytest.skip(
+            "--weights w8a8 is refused without VNNI (test_w8a8_without_vnni_is_refused_in_one_line...)"
+        )
     return load_model("smollm2-135m", "float32", threads=TEST_THREADS, weights="w8a8")
 
 
@@ -236,6 +240,23 @@ def test_what_quantized_weights_exclude_is_one_line(weights, path, device, logit
     assert problem is not None and fragment in problem and "\n" not in problem
     with pytest.raises(FastForwardError, match=fragment.replace("'", ".")):
         load_model("smollm2-135m", "float32", device, path=path, logits32=logits32, weights=weights)
+
+
+def test_w8a8_without_vnni_is_refused_in_one_line_before_loading(monkeypatch) -> None:
+    """Without VNNI torch's int8 GEMM saturates (the strict xfail above), so W8A8 would decode a damaged model:
+    refused, by the CLI's checks and by load_model, rather than run or merely logged."""
+    problem = weights_error("w8a8", "default", "cpu", False, vnni=False)
+    assert (
+        problem is not None
+        and "needs VNNI" in problem
+        and "--weights int8" in problem
+        and "\n" not in problem
+    )
+    assert weights_error("w8a8", "default", "cpu", False, vnni=True) is None
+    assert weights_error("int8", "default", "cpu", False, vnni=False) is None  # weight-only: no int8 GEMM
+    monkeypatch.setattr("fastforward.models.loading.vnni_usable", lambda: False)
+    with pytest.raises(FastForwardError, match="needs VNNI"):
+        load_model("smollm2-135m", "float32", weights="w8a8")
 
 
 def test_full_and_auto_are_no_conflict() -> None:

@@ -86,8 +86,8 @@ def add_model_args(
             "model. Those kernels take bf16 activations, so methods agree with its greedy AR as in a bf16 run "
             "(near-ties flip), not token for token; w8a8 = the int8 weights times each token's activations "
             "rounded to int8 (torch's int8 GEMM, like llama.cpp Q8_0), the fast int8 path on a CPU without bf16; "
-            "methods match its greedy AR token for token in float32, eager or compiled; CPU only, kernel "
-            "path default",
+            "methods match its greedy AR token for token in float32, eager or compiled; CPU only, needs VNNI, "
+            "kernel path default",
         )
         p.add_argument(
             "--fp32-logits",

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from fastforward.errors import FastForwardError
+from fastforward.hardware import vnni_usable
 from fastforward.models.registry import REGISTRY
-from fastforward.models.weights import weights_error
+from fastforward.models.weights import ACTIVATIONS_INT8, weights_error
 
 # dtype names (models.loading.DTYPES holds the torch dtypes; a test keeps the two equal), plus auto.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -189,6 +190,7 @@ def check_args(args: argparse.Namespace) -> None:
             str(values.get("path", "default")),
             str(values.get("device", "cpu")),
             bool(values.get("fp32_logits")),
+            vnni=values["weights"] not in ACTIVATIONS_INT8 or vnni_usable(),
         )
         if problem:
             raise FastForwardError(problem)

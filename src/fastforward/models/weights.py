@@ -11,11 +11,14 @@ WEIGHTS = {"full": 0, "int8": 8, "int4": 4, "w8a8": 8}
 ACTIVATIONS_INT8 = ("w8a8",)  # the choices that also round activations to int8
 
 
-def weights_error(weights: str, path: str, device: str, logits32: bool) -> str | None:
-    """Why ``weights`` cannot run with this kernel path, device and LM-head choice (None when it can).
+def weights_error(weights: str, path: str, device: str, logits32: bool, vnni: bool = True) -> str | None:
+    """Why ``weights`` cannot run with this kernel path, device, LM-head choice and CPU (None when it can);
+    ``vnni``: whether this process may use VNNI (:func:`fastforward.hardware.vnni_usable`).
 
     int8/int4 replace the linear layers by their own kernels, so they take no other kernel path; the
-    kernels are CPU ones; and the LM head is quantized with the rest, so a float32 head is a contradiction."""
+    kernels are CPU ones; the LM head is quantized with the rest, so a float32 head is a contradiction; and
+    W8A8's int8 x int8 products are only right with VNNI: without it torch's int8 GEMM saturates pairs of
+    products in int16, which would decode a different, damaged model rather than the one asked for."""
     if weights not in WEIGHTS:
         return f"unknown --weights '{weights}'; choose one of {', '.join(WEIGHTS)}"
     if weights == "full":
@@ -29,4 +32,9 @@ def weights_error(weights: str, path: str, device: str, logits32: bool) -> str |
         return f"--weights {weights} runs torch's CPU kernels; on {device} use --weights full"
     if logits32:
         return f"--weights {weights} quantizes the LM head too; leave out --fp32-logits"
+    if weights in ACTIVATIONS_INT8 and not vnni:
+        return (
+            f"--weights {weights} needs VNNI (avx512_vnni or avx_vnni, and no ONEDNN_MAX_CPU_ISA cap below it): "
+            "without it torch's int8 GEMM saturates; use --weights int8"
+        )
     return None
