@@ -23,9 +23,9 @@ from fastforward.bench.report import QUANT_NOTE, W8A8_NOTE, markdown_table
 from fastforward.core.aot import serial_row_chunk
 from fastforward.core.compiled import ROWWISE, grouped_attention, rowwise_attention
 from fastforward.core.engine import compile_forward
+from fastforward.core.int8_gemm import vnni_usable
 from fastforward.decoders.registry import build_decoder
 from fastforward.errors import FastForwardError
-from fastforward.hardware import vnni_usable
 from fastforward.models.loading import LoadedModel, load_model, weights_of
 from fastforward.models.quantize import layer_kinds, quantize_linear, quantize_rows, quantized_copy
 from fastforward.models.weights import weights_error
@@ -254,7 +254,7 @@ def test_w8a8_without_vnni_is_refused_in_one_line_before_loading(monkeypatch) ->
     )
     assert weights_error("w8a8", "default", "cpu", False, vnni=True) is None
     assert weights_error("int8", "default", "cpu", False, vnni=False) is None  # weight-only: no int8 GEMM
-    monkeypatch.setattr("fastforward.models.loading.vnni_usable", lambda: False)
+    monkeypatch.setattr("fastforward.models.loading._vnni_usable", lambda: False)
     with pytest.raises(FastForwardError, match="needs VNNI"):
         load_model("smollm2-135m", "float32", weights="w8a8")
 

@@ -73,27 +73,6 @@ def cpu_flags() -> set[str]:
     return limit_flags(_cpuinfo()[1], isa_limit())
 
 
-VNNI_ISAS = ("VNNI", "BF16", "FP16", "AMX", "AVX10")  # oneDNN ISA caps that keep its VNNI int8 kernels
-
-
-def vnni_usable(flags: set[str] | None = None, limit: str | None = None) -> bool:
-    """Whether oneDNN may run its u8 x s8 products with VNNI in this process: the CPU has ``avx512_vnni`` or
-    ``avx_vnni`` and no ``ONEDNN_MAX_CPU_ISA`` cap (``limit``) below a VNNI ISA. Defaults: this CPU's usable
-    flags and cap (this module).
-
-    Why: without VNNI, oneDNN adds pairs of u8 x s8 products in int16 with saturation (``vpmaddubsw``), and
-    255 x 127 x 2 overflows it: ``_int_mm`` itself was 37415 off in a 5 x 128 x 64 product under
-    ``ONEDNN_MAX_CPU_ISA=AVX2`` on a Zen 4 EPYC (session 60), so ``--weights w8a8`` is refused there
-    (:func:`fastforward.models.weights.weights_error`), and the prepacked linear is not used. Measured on the
-    Ice Lake Xeon: tests/test_int8_gemm.py's equality test fails under ``ONEDNN_MAX_CPU_ISA=AVX2`` and
-    ``AVX512_CORE`` and passes under ``AVX512_CORE_VNNI`` (session 54)."""
-    flags = cpu_flags() if flags is None else flags
-    limit = isa_limit() if limit is None else limit.upper()
-    if limit and limit not in ("ALL", "DEFAULT") and not any(k in limit for k in VNNI_ISAS):
-        return False
-    return bool({"avx512_vnni", "avx_vnni"} & flags)
-
-
 def isa_key() -> str:
     """A short folder name for the instructions this process may use: torch's capability and a hash of the
     CPU's name, its usable flags and the ``ONEDNN_MAX_CPU_ISA`` cap.

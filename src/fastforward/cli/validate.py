@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from fastforward.errors import FastForwardError
-from fastforward.hardware import vnni_usable
 from fastforward.models.registry import REGISTRY
 from fastforward.models.weights import ACTIVATIONS_INT8, weights_error
 
@@ -190,7 +189,7 @@ def check_args(args: argparse.Namespace) -> None:
             str(values.get("path", "default")),
             str(values.get("device", "cpu")),
             bool(values.get("fp32_logits")),
-            vnni=values["weights"] not in ACTIVATIONS_INT8 or vnni_usable(),
+            vnni=values["weights"] not in ACTIVATIONS_INT8 or _vnni_usable(),
         )
         if problem:
             raise FastForwardError(problem)
@@ -218,6 +217,14 @@ def _hint(dest: str) -> str:
     if dest == "limit":
         return " (samples per dataset)"
     return ""
+
+
+def _vnni_usable() -> bool:
+    """:func:`fastforward.core.int8_gemm.vnni_usable`, imported only for ``--weights w8a8`` (it imports torch;
+    the other checks here run before torch is imported)."""
+    from fastforward.core.int8_gemm import vnni_usable
+
+    return vnni_usable()
 
 
 def check_device(device: str) -> None:

@@ -35,8 +35,6 @@ from collections.abc import Iterable
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from fastforward.hardware import vnni_usable  # noqa: F401  (int8_gemm.vnni_usable: the rewrite's condition)
-
 aten = torch.ops.aten
 convert = torch.ops.prims.convert_element_type.default
 
@@ -62,6 +60,25 @@ _OTHER_GEMMS = {
     aten.scaled_dot_product_attention,
     aten._scaled_dot_product_flash_attention_for_cpu,
 }
+VNNI_ISAS = ("VNNI", "BF16", "FP16", "AMX", "AVX10")  # oneDNN ISA caps that keep its VNNI int8 kernels
+
+
+def vnni_usable(flags: set[str] | None = None, limit: str | None = None) -> bool:
+    """Whether oneDNN may run its u8 x s8 products with VNNI in this process: the CPU has ``avx512_vnni`` or
+    ``avx_vnni`` and no ``ONEDNN_MAX_CPU_ISA`` cap (``limit``) below a VNNI ISA. Defaults: this CPU's usable
+    flags and cap (:mod:`fastforward.hardware`).
+
+    Why: without VNNI, oneDNN adds pairs of u8 x s8 products in int16 with saturation (``vpmaddubsw``), and
+    255 x 127 x 2 overflows it, so the prepacked linear no longer gives ``_int_mm``'s values. Measured on the
+    Ice Lake Xeon: tests/test_int8_gemm.py's equality test fails under ``ONEDNN_MAX_CPU_ISA=AVX2`` and
+    ``AVX512_CORE`` and passes under ``AVX512_CORE_VNNI`` (session 54)."""
+    from fastforward.hardware import cpu_flags, isa_limit
+
+    flags = cpu_flags() if flags is None else flags
+    limit = isa_limit() if limit is None else limit.upper()
+    if limit and limit not in ("ALL", "DEFAULT") and not any(k in limit for k in VNNI_ISAS):
+        return False
+    return bool({"avx512_vnni", "avx_vnni"} & flags)
 
 
 def rewritable(nodes: Iterable[torch.fx.Node]) -> bool:

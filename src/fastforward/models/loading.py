@@ -29,7 +29,6 @@ import torch
 
 from fastforward.core.constraint import Constraint
 from fastforward.errors import FastForwardError
-from fastforward.hardware import vnni_usable
 from fastforward.log import log
 from fastforward.models.cache import (  # noqa: F401 - re-exported: callers import them from here
     _DONE,
@@ -352,7 +351,7 @@ def load_model(
     if dtype not in DTYPES:
         raise FastForwardError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
     problem = weights_error(
-        weights, path, device, logits32, vnni=weights not in ACTIVATIONS_INT8 or vnni_usable()
+        weights, path, device, logits32, vnni=weights not in ACTIVATIONS_INT8 or _vnni_usable()
     )
     if problem:
         raise FastForwardError(problem)
@@ -384,6 +383,13 @@ def load_model(
     if logits32:
         fp32_logits(model)
     return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype, weights=weights)
+
+
+def _vnni_usable() -> bool:
+    """:func:`fastforward.core.int8_gemm.vnni_usable` (imported here, where it is needed: it imports inductor)."""
+    from fastforward.core.int8_gemm import vnni_usable
+
+    return vnni_usable()
 
 
 def weights_of(model: torch.nn.Module) -> str:
