@@ -30,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # What the suite shares with the user's cache ($FASTFORWARD_CACHE): pulled models, compiled packages, inductor's
 # kernels, vocabulary counts and llama.cpp builds (costly to make, the same for every run). Not shared: the
 # measured step costs ("costs") and auto's choices ("auto").
+INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
 SHARED_CACHE = ("models", "compiled", "inductor", "vocab", "llamacpp")
 USER_CACHE: list[Path] = []  # the cache root the session was started with (set by _own_measurements)
 
@@ -62,12 +63,17 @@ def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
         # a test's own torch.compile too keeps inductor's kernels in a folder of this process's ISA, as the
         # engine's builds do: from torch's shared default folder, a run under the AVX2 cap read kernels an
         # uncapped run had written and the compiled attention test got garbage (session 61)
-        current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        if current is None:
-            mp.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # so that the session's end unsets it again
-        else:
-            mp.setenv("TORCHINDUCTOR_CACHE_DIR", current)
+        saved = os.environ.get(INDUCTOR_DIR)
         inductor_cache(str(root))
+        keyed = os.environ.get(INDUCTOR_DIR)
+        if (
+            keyed is not None and keyed != saved
+        ):  # set again through the monkeypatch, which undoes it at the end
+            if saved is None:
+                del os.environ[INDUCTOR_DIR]
+            else:
+                os.environ[INDUCTOR_DIR] = saved
+            mp.setenv(INDUCTOR_DIR, keyed)
         yield root
 
 

@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
+from fastforward.core import int8_gemm
 from fastforward.core.decoder import GenerationConfig
+from fastforward.core.int8_gemm import vnni_usable
 from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative import draft_models
@@ -19,6 +21,8 @@ from fastforward.models import quantize
 from fastforward.models.quantize import Int4Linear, Int8Linear, layer_kinds, quantized_copy
 
 from .conftest import greedy_config, make_tiny
+
+NO_VNNI = "act8 is refused without VNNI (test_act8_without_vnni_is_a_one_line_error)"
 
 N_TOKENS = 24
 
@@ -114,7 +118,13 @@ def test_quantized_copy_shares_the_targets_tensors_and_leaves_it_unchanged(tied)
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize(
-    "options", [{"bits": 8}, {"bits": 4, "group_size": 32}, {"bits": 4}, {"bits": 8, "act8": True}]
+    "options",
+    [
+        {"bits": 8},
+        {"bits": 4, "group_size": 32},
+        {"bits": 4},
+        pytest.param({"bits": 8, "act8": True}, marks=pytest.mark.skipif(not vnni_usable(), reason=NO_VNNI)),
+    ],
 )
 def test_qsd_equals_greedy_ar_on_tiny_models(arch, options):
     target = make_tiny(arch=arch, seed=0)
@@ -239,6 +249,18 @@ def test_qsd_on_a_prepacked_target_quantizes_a_reload_and_stays_exact(real_promp
     assert accepted > 0
 
 
-def test_act8_on_an_unquantized_draft_is_a_one_line_error():
+def test_act8_on_an_unquantized_draft_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(int8_gemm, "vnni_usable", lambda: True)  # the check this test is about comes after
     with pytest.raises(FastForwardError, match="add draft_bits=8"):
         build_decoder("sd", make_tiny(seed=0), make_tiny(seed=1), {"act8": True})
+
+
+@pytest.mark.parametrize("method", ["qsd", "typical"])
+def test_act8_without_vnni_is_a_one_line_error(monkeypatch, method):
+    """Without VNNI torch's int8 GEMM saturates: the draft would be a damaged W8A8 model, and a lossy rule's
+    output follows the draft, so act8 is refused rather than run."""
+    monkeypatch.setattr(int8_gemm, "vnni_usable", lambda: False)
+    options = {"bits": 8, "act8": True} if method == "qsd" else {"draft_bits": 8, "act8": True}
+    with pytest.raises(FastForwardError) as err:
+        build_decoder(method, make_tiny(seed=0), make_tiny(seed=1), options)
+    assert "act8 needs VNNI" in str(err.value) and "\n" not in str(err.value)

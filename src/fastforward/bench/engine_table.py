@@ -150,7 +150,7 @@ def interleave_row(
     huge: int | None = None,
 ) -> dict[str, Any]:
     """One round of :func:`interleave_k8_k1`: both engines' 1- and 8-token costs (ms) and their ratios, and
-    (``huge``) the bytes of our process on 2 MB pages while it was timed."""
+    (``huge``) the bytes of our process on 2 MB pages, read at the round's end."""
     return {
         "dtype": dtype, **({"weights": weights} if weights != "full" else {}), "round": n, "ours_k1": round(ours[1], 2), "ours_k8": round(ours[8], 2),
         "ours_k8_k1": round(ours[8] / ours[1], 2), "llamacpp_k1": round(llama[1], 2),
@@ -185,7 +185,7 @@ def interleave_k8_k1(
     from fastforward.bench.llamacpp import binary, gguf_file, gguf_type
     from fastforward.core.compiled import inductor_cache
     from fastforward.core.engine import ModelEngine, compile_forward
-    from fastforward.core.memory import huge_pages
+    from fastforward.core.memory import anon_huge_bytes, huge_pages
     from fastforward.models.cache import cache_root, compiled_dir
     from fastforward.models.loading import load_model
 
@@ -200,11 +200,13 @@ def interleave_k8_k1(
         engine.start(torch.arange(100, 100 + context)[None], capacity=context + 100)
         for k in (1, 8):  # builds or loads both packages before anything is timed
             forward_ms(engine, k, 1, context)
-        huge = huge_pages()  # as a bench, a server and chat do before their first timed step
+        huge_pages()  # as a bench, a server and chat do before their first timed step
         for n in range(rounds):
             ours = {k: forward_ms(engine, k, reps, context) for k in (1, 8)}
             out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
             _, curves = llamacpp_rows([json.loads(x) for x in out.splitlines() if x.strip()])
+            # read each round: the kernel's khugepaged goes on collapsing advised memory after huge_pages
+            huge = anon_huge_bytes()
             rows.append(interleave_row(n, dtype, ours, next(iter(curves.values())), weights, huge))
             print(json.dumps(rows[-1]), flush=True)
         engine.close()

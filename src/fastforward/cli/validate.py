@@ -189,7 +189,9 @@ def check_args(args: argparse.Namespace) -> None:
             str(values.get("path", "default")),
             str(values.get("device", "cpu")),
             bool(values.get("fp32_logits")),
-            vnni=values["weights"] not in ACTIVATIONS_INT8 or _vnni_usable(),
+            vnni=values["weights"] not in ACTIVATIONS_INT8
+            or not str(values.get("device", "cpu")).startswith("cpu")  # refused for the device first
+            or _vnni_usable(),
         )
         if problem:
             raise FastForwardError(problem)

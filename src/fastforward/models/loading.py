@@ -350,9 +350,8 @@ def load_model(
 
     if dtype not in DTYPES:
         raise FastForwardError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
-    problem = weights_error(
-        weights, path, device, logits32, vnni=weights not in ACTIVATIONS_INT8 or _vnni_usable()
-    )
+    vnni = weights not in ACTIVATIONS_INT8 or not device.startswith("cpu") or _vnni_usable()
+    problem = weights_error(weights, path, device, logits32, vnni=vnni)
     if problem:
         raise FastForwardError(problem)
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -11,9 +11,9 @@ WEIGHTS = {"full": 0, "int8": 8, "int4": 4, "w8a8": 8}
 ACTIVATIONS_INT8 = ("w8a8",)  # the choices that also round activations to int8
 
 
-def weights_error(weights: str, path: str, device: str, logits32: bool, vnni: bool = True) -> str | None:
+def weights_error(weights: str, path: str, device: str, logits32: bool, *, vnni: bool) -> str | None:
     """Why ``weights`` cannot run with this kernel path, device, LM-head choice and CPU (None when it can);
-    ``vnni``: whether this process may use VNNI (:func:`fastforward.hardware.vnni_usable`).
+    ``vnni``: whether this process may use VNNI (:func:`fastforward.core.int8_gemm.vnni_usable`; the callers pass it, since it imports torch).
 
     int8/int4 replace the linear layers by their own kernels, so they take no other kernel path; the
     kernels are CPU ones; the LM head is quantized with the rest, so a float32 head is a contradiction; and

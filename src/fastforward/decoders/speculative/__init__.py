@@ -127,7 +127,8 @@ class SpecOptions:
     act8: bool = opt(
         False,
         help="an int8 draft (bits=8 / draft_bits=8) also rounds each token's activations to int8: W8A8 through "
-        "torch's int8 GEMM, the fast int8 path on a CPU without bf16 instructions (only the guesses change)",
+        "torch's int8 GEMM, the fast int8 path on a CPU without bf16 instructions (only the guesses change); "
+        "needs VNNI",
         used_by=("qsd", *DRAFT_MODEL),
     )
     group_size: int = opt(
@@ -181,6 +182,15 @@ class SpecOptions:
             raise FastForwardError(
                 "act8 rounds an int8 draft's activations: it needs bits=8 / draft_bits=8, not 4"
             )
+        if self.act8:
+            from fastforward.core.int8_gemm import vnni_usable  # imports inductor: only when asked
+
+            # without VNNI torch's int8 GEMM saturates: a damaged draft, which the lossy rules' output follows
+            if not vnni_usable():
+                raise FastForwardError(
+                    "act8 needs VNNI (avx512_vnni or avx_vnni, and no ONEDNN_MAX_CPU_ISA cap below it): without "
+                    "it torch's int8 GEMM saturates; leave out act8"
+                )
 
 
 def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
