@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 61 (issue 32), a 2-core AMD EPYC family 25 model 17 (Zen 4; AVX-512 with bf16 and VNNI, no AMX,
+# Session 61 (issue 32; steps 1-4 at 312cfda), a 2-core AMD EPYC family 25 model 17 (Zen 4; AVX-512 with bf16 and VNNI, no AMX,
 # 32 MB L3). Run from a frozen copy of the tree at $REV (git archive REV | tar -x; PY the project's python),
 # one step at a time, nothing else of ours running. OUT defaults to results/compiled_s61.
 #   STEP=1 REV=c9d4114 bash results/compiled_s61/run_s61.sh
@@ -19,4 +19,10 @@ case "${STEP:?}" in
       > $OUT/interleave_qwen15_bf16_huge.txt 2> $OUT/interleave_qwen15_bf16.log
     FASTFORWARD_HUGE_PAGES=0 "$PY" -m fastforward.bench.engine_table interleave --model qwen2.5-coder-1.5b \
       --dtype bfloat16 --rounds 8 > $OUT/interleave_qwen15_bf16_4k.txt 2>> $OUT/interleave_qwen15_bf16.log ;;
+3)  # after step 1's lookahead read 0.95x: AR, jacobi and lookahead alone, on the demo's prompts and settings
+    "$PY" -m fastforward bench --model smollm2-135m --dataset mtbench,gsm8k --limit 3 --max-new-tokens 96 \
+      --dtype float32 --path auto --compile on --methods ar,jacobi,lookahead --noise-floor \
+      --out $OUT/demo_rerun_la.json > $OUT/demo_rerun_la.log 2>&1 ;;
+4)  # this CPU's attainable GEMM (float32, bf16) and copy rates
+    "$PY" $OUT/peak.py > $OUT/peak.txt ;;
 esac
