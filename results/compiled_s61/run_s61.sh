@@ -25,4 +25,8 @@ case "${STEP:?}" in
       --out $OUT/demo_rerun_la.json > $OUT/demo_rerun_la.log 2>&1 ;;
 4)  # this CPU's attainable GEMM (float32, bf16) and copy rates
     "$PY" $OUT/peak.py > $OUT/peak.txt ;;
+5)  # no cap: the 1.5B in W8A8 (VNNI on this CPU), 1- and 8-token steps interleaved with llama.cpp Q8_0, 4 rounds
+    /usr/bin/time -f "wall_s %e maxrss_kb %M" "$PY" -m fastforward.bench.engine_table interleave \
+      --model qwen2.5-coder-1.5b --dtype float32 --weights w8a8 --rounds 4 \
+      > $OUT/interleave_qwen15_w8a8.txt 2> $OUT/interleave_qwen15_w8a8.log ;;
 esac
