@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 61 (issue 32; steps 1-4 at 312cfda), a 2-core AMD EPYC family 25 model 17 (Zen 4; AVX-512 with bf16 and VNNI, no AMX,
+# Session 61 (issue 32; steps 1-4 at 312cfda, 5-6 at the commit that added them), a 2-core AMD EPYC family 25 model 17 (Zen 4; AVX-512 with bf16 and VNNI, no AMX,
 # 32 MB L3). Run from a frozen copy of the tree at $REV (git archive REV | tar -x; PY the project's python),
 # one step at a time, nothing else of ours running. OUT defaults to results/compiled_s61.
 #   STEP=1 REV=c9d4114 bash results/compiled_s61/run_s61.sh
@@ -29,4 +29,7 @@ case "${STEP:?}" in
     /usr/bin/time -f "wall_s %e maxrss_kb %M" "$PY" -m fastforward.bench.engine_table interleave \
       --model qwen2.5-coder-1.5b --dtype float32 --weights w8a8 --rounds 4 \
       > $OUT/interleave_qwen15_w8a8.txt 2> $OUT/interleave_qwen15_w8a8.log ;;
+6)  # no cap: the 1.5B pair in W8A8 (a W8A8 0.5B draft) on HumanEval, 3 prompts, beside llama.cpp Q8_0's AR and
+    # its speculative decoding (session 53's script)
+    DATASETS=humaneval LIMIT=3 OUT=$OUT PY=$PY bash results/compiled_s53/run_qwen15_w8a8.sh ;;
 esac
