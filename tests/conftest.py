@@ -64,11 +64,9 @@ def _own_measurements(tmp_path_factory: pytest.TempPathFactory):
         # engine's builds do: from torch's shared default folder, a run under the AVX2 cap read kernels an
         # uncapped run had written and the compiled attention test got garbage (session 61)
         saved = os.environ.get(INDUCTOR_DIR)
-        inductor_cache(str(root))
-        keyed = os.environ.get(INDUCTOR_DIR)
-        if (
-            keyed is not None and keyed != saved
-        ):  # set again through the monkeypatch, which undoes it at the end
+        inductor_cache(str(root))  # writes the environment itself: set again below through the monkeypatch,
+        keyed = os.environ.get(INDUCTOR_DIR)  # which puts back (or unsets) the variable at the session's end
+        if keyed is not None and keyed != saved:
             if saved is None:
                 del os.environ[INDUCTOR_DIR]
             else:

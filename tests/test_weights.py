@@ -70,12 +70,8 @@ def test_int8_activations_are_rounded_per_row() -> None:
     assert ((q.float() * scale - x).abs() <= scale / 2 + 1e-6).all()
 
 
-def _vnni() -> bool:
-    return vnni_usable()
-
-
 @pytest.mark.xfail(
-    not _vnni(),
+    not vnni_usable(),
     strict=True,
     reason="known bug (session 60): without VNNI (an AVX2-only CPU, or ONEDNN_MAX_CPU_ISA=AVX2) torch._int_mm "
     "saturates pairs of int8 products in int16 (37415 off in a 5x128x64 product), so --weights w8a8 is refused "
@@ -169,7 +165,7 @@ def test_a_w8a8_model_runs_rowwise_attention_and_every_method_decodes_its_ar() -
 
 @pytest.fixture(scope="module")
 def smollm2_w8a8() -> LoadedModel:
-    if not _vnni():
+    if not vnni_usable():
         pytest.skip(
             "--weights w8a8 is refused without VNNI (test_w8a8_without_vnni_is_refused_in_one_line...)"
         )
@@ -254,7 +250,8 @@ def test_w8a8_without_vnni_is_refused_in_one_line_before_loading(monkeypatch) ->
     )
     assert weights_error("w8a8", "default", "cpu", False, vnni=True) is None
     assert weights_error("int8", "default", "cpu", False, vnni=False) is None  # weight-only: no int8 GEMM
-    monkeypatch.setattr("fastforward.models.loading._vnni_usable", lambda: False)
+    monkeypatch.setattr("fastforward.core.int8_gemm.vnni_usable", lambda: False)  # asked when not passed
+    assert "needs VNNI" in weights_error("w8a8", "default", "cpu", False)
     with pytest.raises(FastForwardError, match="needs VNNI"):
         load_model("smollm2-135m", "float32", weights="w8a8")
 

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from fastforward.errors import FastForwardError
 from fastforward.models.registry import REGISTRY
-from fastforward.models.weights import ACTIVATIONS_INT8, weights_error
+from fastforward.models.weights import weights_error
 
 # dtype names (models.loading.DTYPES holds the torch dtypes; a test keeps the two equal), plus auto.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -189,9 +189,6 @@ def check_args(args: argparse.Namespace) -> None:
             str(values.get("path", "default")),
             str(values.get("device", "cpu")),
             bool(values.get("fp32_logits")),
-            vnni=values["weights"] not in ACTIVATIONS_INT8
-            or not str(values.get("device", "cpu")).startswith("cpu")  # refused for the device first
-            or _vnni_usable(),
         )
         if problem:
             raise FastForwardError(problem)
@@ -219,14 +216,6 @@ def _hint(dest: str) -> str:
     if dest == "limit":
         return " (samples per dataset)"
     return ""
-
-
-def _vnni_usable() -> bool:
-    """:func:`fastforward.core.int8_gemm.vnni_usable`, imported only for ``--weights w8a8`` (it imports torch;
-    the other checks here run before torch is imported)."""
-    from fastforward.core.int8_gemm import vnni_usable
-
-    return vnni_usable()
 
 
 def check_device(device: str) -> None:

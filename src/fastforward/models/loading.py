@@ -350,8 +350,7 @@ def load_model(
 
     if dtype not in DTYPES:
         raise FastForwardError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
-    vnni = weights not in ACTIVATIONS_INT8 or not device.startswith("cpu") or _vnni_usable()
-    problem = weights_error(weights, path, device, logits32, vnni=vnni)
+    problem = weights_error(weights, path, device, logits32)
     if problem:
         raise FastForwardError(problem)
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -382,13 +381,6 @@ def load_model(
     if logits32:
         fp32_logits(model)
     return LoadedModel(name=name, path=path, model=model, tokenizer=tok, dtype=dtype, weights=weights)
-
-
-def _vnni_usable() -> bool:
-    """:func:`fastforward.core.int8_gemm.vnni_usable` (imported here, where it is needed: it imports inductor)."""
-    from fastforward.core.int8_gemm import vnni_usable
-
-    return vnni_usable()
 
 
 def weights_of(model: torch.nn.Module) -> str:

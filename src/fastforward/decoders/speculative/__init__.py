@@ -74,6 +74,7 @@ from fastforward.log import log
 from fastforward.models.kernels import PackedLinear, path_of
 from fastforward.models.loading import load_model
 from fastforward.models.quantize import INT4_GROUP_SIZES, quantize_linear, quantized_copy
+from fastforward.models.weights import VNNI_NEEDED, vnni_here
 
 DRAFT_MODEL_METHODS = ("sd", "sd-sample", "typical", "consultant")
 DRAFT_MODEL = (*DRAFT_MODEL_METHODS, "sd-cross")  # the methods that load --draft
@@ -182,15 +183,9 @@ class SpecOptions:
             raise FastForwardError(
                 "act8 rounds an int8 draft's activations: it needs bits=8 / draft_bits=8, not 4"
             )
-        if self.act8:
-            from fastforward.core.int8_gemm import vnni_usable  # imports inductor: only when asked
-
-            # without VNNI torch's int8 GEMM saturates: a damaged draft, which the lossy rules' output follows
-            if not vnni_usable():
-                raise FastForwardError(
-                    "act8 needs VNNI (avx512_vnni or avx_vnni, and no ONEDNN_MAX_CPU_ISA cap below it): without "
-                    "it torch's int8 GEMM saturates; leave out act8"
-                )
+        # without VNNI torch's int8 GEMM saturates: a damaged draft, which the lossy rules' output follows
+        if self.act8 and not vnni_here():
+            raise FastForwardError(f"act8 {VNNI_NEEDED}; leave out act8")
 
 
 def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
