@@ -1,6 +1,6 @@
-"""W8A8's multi-row GEMMs through oneDNN's prepacked int8 linear (fastforward.core.int8_gemm): the same values
-as ``_int_mm``, the rewrite's scope, and a package over several rows that runs it and gives each token the bits
-of its 1-token step."""
+"""W8A8's GEMMs through oneDNN's prepacked int8 linear and, over one row, inductor's VNNI template
+(fastforward.core.int8_gemm): the same values as ``_int_mm``, the rewrites' scope, and packages that run them
+and give each token the bits of its 1-token step."""
 
 from __future__ import annotations
 
@@ -55,6 +55,60 @@ def test_the_prepacked_linear_gives_int_mm_values_where_sums_pass_2_to_the_24() 
         assert torch.equal(int8_gemm.prepacked_mm(x, packed, ones, zeros), want), rows
 
 
+def test_the_1_row_form_cuts_k_into_chunks_whose_sums_float32_holds() -> None:
+    for k in (64, 576, 1024, 1025, 1536, 2500, 8960):
+        parts = int8_gemm.chunks(k)
+        assert parts[0][0] == 0 and parts[-1][1] == k, k
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False)), k  # contiguous
+        assert all(lo % 4 == 0 and 0 < hi - lo <= int8_gemm.CHUNK for lo, hi in parts), k
+        assert len(parts) == -(-k // int8_gemm.CHUNK), k  # the fewest
+    assert int8_gemm.CHUNK * 128 * 128 <= 2**24  # every chunk's sums are integers float32 holds
+
+
+class _Extreme(torch.nn.Module):
+    """One ``_int_mm`` over a constant int8 weight whose rows, with all-127 activations, sum past 2^24 (K=2500,
+    so three chunks)."""
+
+    def __init__(self, k: int = 2500, n: int = 64) -> None:
+        super().__init__()
+        w = torch.where(torch.rand(k, n) < 0.5, -127, 127).to(torch.int8)
+        w[:, :4] = 127
+        w[:, 4:8] = -127
+        self.register_buffer("w", w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._int_mm(x, self.w)
+
+
+@pytest.mark.skipif(not int8_gemm.vnni_usable(), reason="the split form runs only where VNNI is usable")
+def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_24(tmp_path) -> None:
+    """The package a 1-token W8A8 step gets (aot.build: the split form, inductor's int8 template) over
+    extreme values: equal to ``_int_mm`` to the bit, and the template's VNNI micro-kernel is what runs."""
+    torch.manual_seed(0)
+    module = _Extreme().eval()
+    x = torch.where(torch.rand(1, 2500) < 0.5, -127, 127).to(torch.int8)
+    x[0, :1250] = 127
+    want = module(x)
+    assert want.abs().max() > 2**24
+    program = torch.export.export(module, (x,), strict=False)
+    configs = {
+        "freezing": True,
+        "max_autotune": True,
+        "max_autotune_gemm_backends": "CPP",
+        "post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=True),
+    }
+    with torch.no_grad():
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(tmp_path / "k1.pt2"), inductor_configs=configs
+        )
+        got = torch._inductor.aoti_load_package(path)(x)
+        for extreme in (x, -x, torch.full_like(x, -127), torch.full_like(x, 127)):
+            assert torch.equal(torch._inductor.aoti_load_package(path)(extreme), module(extreme))
+    assert torch.equal(got, want)
+    code = _sources(path)
+    assert "dpbusd" in code and "_int_mm" not in code  # VNNI (_mm512_dpbusd_epi32) or AMX (_tile_dpbusd)
+
+
 class _Two(torch.nn.Module):
     def __init__(self, other: bool) -> None:
         super().__init__()
@@ -92,6 +146,6 @@ def test_a_w8a8_package_over_several_tokens_runs_the_prepacked_linear_with_its_1
     assert {n.split("-")[0] for n in packages} == {"k1", "k4"}, packages
     prepacked = int8_gemm.vnni_usable()  # elsewhere every package keeps _int_mm
     for name, package in packages.items():
-        code = _sources(package)
-        assert ("qlinear_pointwise" in code) is (prepacked and name.startswith("k4")), name
-        assert ("_int_mm" in code) is (not prepacked or name.startswith("k1")), name
+        code = _sources(package)  # the 1-token package: the split form (on ATen's kernel: no autotuning here)
+        assert ("qlinear_pointwise" in code) is prepacked, name
+        assert ("_int_mm" in code) is (not prepacked), name

@@ -327,13 +327,13 @@ def build(
         flatten_state_names(program)
         # W8A8's products over 2+ rows through oneDNN's prepacked int8 linear, which only ATen's kernel runs
         # exactly (core.int8_gemm)
-        prepack = (
-            int(ids.shape[-1]) >= int8_gemm.MIN_ROWS
-            and int8_gemm.rewritable(program.graph.nodes)
-            and int8_gemm.vnni_usable()
-        )
+        int8 = int8_gemm.rewritable(program.graph.nodes) and int8_gemm.vnni_usable()
+        prepack = int8 and int(ids.shape[-1]) >= int8_gemm.MIN_ROWS
+        split = int8 and not prepack  # 1 row: the exact split form on inductor's VNNI template
         if prepack:
             gemm = "ATEN"
+        elif split:
+            gemm = "CPP"
         if gemm == "CPP" and not shared:  # the templates alone: ATen's GEMMs keep their plain weights
             transpose_linear_weights(program)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".part.pt2")
@@ -357,7 +357,9 @@ def build(
                         "cpp.min_chunk_size": serial_row_chunk(model),
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
-                        **({"post_grad_custom_post_pass": int8_gemm.PrepackInt8()} if prepack else {}),
+                        **(
+                            {"post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=split)} if int8 else {}
+                        ),
                     },
                 )
             with part.open("rb") as f:

@@ -1,4 +1,4 @@
-"""W8A8's multi-row GEMMs through oneDNN's prepacked int8 linear: a rewrite of inductor's post-grad graph.
+"""W8A8's GEMMs in a compiled package: oneDNN's prepacked int8 linear over 2+ rows, inductor's VNNI template over 1.
 
 Why: :class:`fastforward.models.quantize.Int8DynLinear` multiplies with ``aten._int_mm``, which takes the
 int8 weights in their plain layout on every call. On a 2-core Ice Lake Xeon (AVX-512 VNNI, session 53) its
@@ -6,7 +6,10 @@ GEMMs for one Qwen2.5-Coder-1.5B forward cost 68.1 ms over 1 row but 163.6 / 154
 is most of why the 1.5B's 8-token W8A8 forward cost 3.3x its 1-token one; oneDNN's int8 linear over
 weights it laid out once (``onednn.qlinear_prepack``) costs 77.5 / 98.0 / 111.7 ms for 1 / 2 / 8 rows
 (results/compiled_s53/qlinear.txt). So a package for 2 or more fed tokens runs its large int8 GEMMs (:data:`MIN_WEIGHT`) through the
-prepacked linear, and the 1-token package keeps ``_int_mm``.
+prepacked linear. The 1-token package runs all of them on inductor's int8 GEMM template instead, in a form
+whose sums are exact (:func:`split_rows`): on a 2-core Zen 4 EPYC both ATen kernels stream a 1-row product's
+weights at ~20-30 GB/s, and the 1.5B's 1-token step took 50 ms on the template against 69 ms on
+``_int_mm``, with the same logits (one process, alternating; results/compiled_s62/ab_k1_qwen15.txt).
 
 How: ``torch.export`` cannot trace ``qlinear_prepack`` (it has no fake implementation), so the model keeps
 ``_int_mm`` and :class:`PrepackInt8` rewrites the graph inductor lowers, after freezing has turned the
@@ -38,7 +41,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 aten = torch.ops.aten
 convert = torch.ops.prims.convert_element_type.default
 
-MIN_ROWS = 2  # the 1-row product stays on _int_mm (68.1 against 77.5 ms per 1.5B forward, session 53)
+MIN_ROWS = 2  # fewer rows: the split form on inductor's template (split_rows), not the prepacked linear
 # weights of at least this many int8 values (K x N) only: oneDNN's linear costs ~0.06-0.09 ms a call whatever
 # its size, so on SmolLM2's 576 x 576-1536 layers it lost to _int_mm at every row count (0.08 against 0.02-0.06
 # ms), broke even on the 1.5B's 1536 x 1536 (0.15 / 0.18 against 0.14 / 0.18 ms at 2 / 8 rows) and won from
@@ -46,6 +49,8 @@ MIN_ROWS = 2  # the 1-row product stays on _int_mm (68.1 against 77.5 ms per 1.5
 # (results/compiled_s54/qlinear_shapes.txt)
 MIN_WEIGHT = 8 * 2**20
 ZERO_POINT = 128  # int8 activations shifted into uint8, the source type oneDNN's int8 linear takes
+# the 1-row form's K chunk: 1024 products of at most 128 x 128 sum to at most 2^24, which float32 holds exactly
+CHUNK = 1024
 _TRANSPOSES = (aten.permute.default, aten.t.default, aten.transpose.int)
 # every op whose kernel the GEMM backends choose (any overload), attention included: its math form is bmm
 _OTHER_GEMMS = {
@@ -177,17 +182,116 @@ def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = M
     return done
 
 
+def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
+    """Replace each ``_int_mm`` of ``graph`` over a constant weight and at most ``max_rows`` rows by a form
+    inductor's int8 GEMM template (its VNNI micro-kernel) runs exactly, whatever the sums: the activations
+    split into their positive and negative parts (two uint8 row blocks, zero point 0, so the template's
+    epilogue subtracts nothing) and the product cut along K into chunks of :data:`CHUNK`, each chunk's sums
+    at most 2^24 and so exact in the float32 the template returns; back in int32, the chunks add and the
+    negative part's rows subtract exactly, giving ``_int_mm``'s integers. Returns how many GEMMs it replaced.
+
+    Why: ATen's int8 kernels stream the weights of a 1-row product at ~20-30 GB/s on a 2-core Zen 4 EPYC,
+    half of what inductor's templates reach on bfloat16 weights there (results/compiled_s62). The template's
+    own zero-point path subtracts the shift after converting to float32, which is not exact past 2^24
+    (module docstring); this form never needs it."""
+    gm = graph.owning_module
+    assert gm is not None
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten._int_mm.default:
+            continue
+        x, w = node.args
+        found = constant_weight(w)
+        val = x.meta.get("val")
+        if found is None or val is None or val.dim() != 2 or int(val.shape[0]) > max_rows:
+            continue
+        attr, chain = found
+        weight = functools.reduce(getattr, str(attr.target).split("."), gm)
+        for op in chain:
+            weight = op.target(weight, *op.args[1:])  # type: ignore[operator]
+        w_nk = weight.t().contiguous()
+        n, k = (int(d) for d in w_nk.shape)
+        rows = int(val.shape[0])
+
+        def call(
+            target: object, args: tuple, shape: tuple, dtype: torch.dtype, like: torch.Tensor = val
+        ) -> torch.fx.Node:
+            """A new node of the graph, with its fake value (the shapes inductor lowers by)."""
+            made = graph.call_function(target, args)  # type: ignore[arg-type]
+            made.meta["val"] = _fake(like, shape, dtype)
+            return made
+
+        with graph.inserting_before(node):
+            x16 = call(convert, (x, torch.int16), (rows, k), torch.int16)
+            pos = call(aten.clamp_min.default, (x16, 0), (rows, k), torch.int16)
+            neg = call(
+                aten.clamp_min.default,
+                (call(aten.neg.default, (x16,), (rows, k), torch.int16), 0),
+                (rows, k),
+                torch.int16,
+            )
+            both = call(
+                convert,
+                (call(aten.cat.default, ([pos, neg], 0), (2 * rows, k), torch.int16), torch.uint8),
+                (2 * rows, k),
+                torch.uint8,
+            )
+            total = None
+            for c, (lo, hi) in enumerate(chunks(k)):
+                names = []
+                for kind, tensor in (
+                    ("packed", torch.ops.onednn.qlinear_prepack(w_nk[:, lo:hi].contiguous(), None)),
+                    ("ones", torch.ones(n)),
+                    ("zeros", torch.zeros(n, dtype=torch.int32)),
+                ):
+                    names.append(f"_int8_split_{done}_{c}_{kind}")
+                    setattr(gm, names[-1], tensor)
+                packed, ones, zeros = (graph.get_attr(name) for name in names)
+                part = call(aten.slice.Tensor, (both, 1, lo, hi), (2 * rows, hi - lo), torch.uint8)
+                y = call(
+                    torch.ops.onednn.qlinear_pointwise.default,
+                    (part, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""),
+                    (2 * rows, n),
+                    torch.float32,
+                )
+                yi = call(convert, (y, torch.int32), (2 * rows, n), torch.int32)
+                plus = call(aten.slice.Tensor, (yi, 0, 0, rows), (rows, n), torch.int32)
+                minus = call(aten.slice.Tensor, (yi, 0, rows, 2 * rows), (rows, n), torch.int32)
+                diff = call(aten.sub.Tensor, (plus, minus), (rows, n), torch.int32)
+                total = (
+                    diff if total is None else call(aten.add.Tensor, (total, diff), (rows, n), torch.int32)
+                )
+        node.replace_all_uses_with(total)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        graph.eliminate_dead_code()
+    return done
+
+
+def chunks(k: int, size: int = CHUNK, align: int = 4) -> list[tuple[int, int]]:
+    """``[0, k)`` cut into the fewest near-equal ranges of at most ``size`` (a multiple of ``align``), each
+    starting at a multiple of ``align``: the VNNI micro-kernel takes K in groups of 4."""
+    count = -(-k // size)
+    step = -(-k // count // align) * align if k > size else k
+    return [(lo, min(k, lo + step)) for lo in range(0, k, step)]
+
+
 class PrepackInt8(CustomGraphPass):
     """:func:`rewrite` as inductor's ``post_grad_custom_post_pass``; ``uuid`` (inductor's cache key for the
     pass) is a hash of this module's source, so a change to the rewrite compiles anew."""
 
-    def __init__(self, min_rows: int = MIN_ROWS, min_weight: int | None = None) -> None:
+    def __init__(self, min_rows: int = MIN_ROWS, min_weight: int | None = None, split: bool = False) -> None:
         self.min_rows = min_rows
         self.min_weight = MIN_WEIGHT if min_weight is None else min_weight  # read when built: tests lower it
+        self.split = split  # the 1-row form for inductor's template (split_rows) instead
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        rewrite(graph, self.min_rows, self.min_weight)
+        if self.split:
+            split_rows(graph, self.min_rows - 1)
+        else:
+            rewrite(graph, self.min_rows, self.min_weight)
 
     def uuid(self) -> str:
         source = inspect.getsource(inspect.getmodule(PrepackInt8))  # type: ignore[arg-type]
-        return hashlib.sha256(f"{source}:{self.min_rows}:{self.min_weight}".encode()).hexdigest()
+        return hashlib.sha256(f"{source}:{self.min_rows}:{self.min_weight}:{self.split}".encode()).hexdigest()
