@@ -326,10 +326,11 @@ def build(
             program = torch.export.export(step, args, strict=False)
         flatten_state_names(program)
         # W8A8's products over 2+ rows through oneDNN's prepacked int8 linear, which only ATen's kernel runs
-        # exactly (core.int8_gemm)
+        # exactly; over 1 row in the split form on inductor's int8 template, where it has a VNNI or AMX
+        # micro-kernel (core.int8_gemm)
         int8 = int8_gemm.rewritable(program.graph.nodes) and int8_gemm.vnni_usable()
         prepack = int8 and int(ids.shape[-1]) >= int8_gemm.MIN_ROWS
-        split = int8 and not prepack  # 1 row: the exact split form on inductor's VNNI template
+        split = int8 and not prepack and autotune and int8_gemm.template_kernel()
         if prepack:
             gemm = "ATEN"
         elif split:
@@ -358,7 +359,9 @@ def build(
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
                         **(
-                            {"post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=split)} if int8 else {}
+                            {"post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=split)}
+                            if prepack or split
+                            else {}
                         ),
                     },
                 )

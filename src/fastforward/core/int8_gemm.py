@@ -23,9 +23,13 @@ returns is the integer ``_int_mm`` computes, rounded once, as ``Int8DynLinear``'
 it; a token's logits are the same whichever width runs it (tests/test_int8_gemm.py). Without VNNI its
 kernels saturate pairs of products in int16, so the rewrite runs only where VNNI is usable
 (:func:`vnni_usable`). Only through ATen's kernel: inductor's int8 GEMM template subtracts the zero point
-after converting to float32, which rounds sums past 2^24 differently, so a rewritten package tunes ATen's
-GEMMs alone (:func:`fastforward.core.aot.build`), and a graph with any other GEMM or attention kernel (whose
-backend that would change) is left as it is (:func:`rewritable`).
+after converting to float32, which rounds sums past 2^24 differently, so a package with this rewrite tunes
+ATen's GEMMs alone (:func:`fastforward.core.aot.build`). The 1-token package's form (:func:`split_rows`)
+needs no zero point and keeps every float32 sum below 2^24, so it may run on the template, and its package
+tunes the templates alone: only where inductor has an int8 micro-kernel for this process's vector ISA
+(:func:`template_kernel`) and autotuning is on; elsewhere the 1-token package keeps ``_int_mm``. Either way
+a graph with any other GEMM or attention kernel (whose backend that would change) is left as it is
+(:func:`rewritable`).
 """
 
 from __future__ import annotations
@@ -84,6 +88,16 @@ def vnni_usable(flags: set[str] | None = None, limit: str | None = None) -> bool
     if limit and limit not in ("ALL", "DEFAULT") and not any(k in limit for k in VNNI_ISAS):
         return False
     return bool({"avx512_vnni", "avx_vnni"} & flags)
+
+
+def template_kernel() -> bool:
+    """Whether inductor's int8 GEMM template has a VNNI or AMX micro-kernel in this process (its vector ISA,
+    which ``ATEN_CPU_CAPABILITY`` may cap). Why: elsewhere (an AVX2 CPU with ``avx_vnni``, a capped process)
+    it runs its reference loop, 7.5 ms for two 1536 x 8960 products where ``_int_mm`` takes ~1.2 ms
+    (results/compiled_s62/split_harness.txt)."""
+    from torch._inductor.cpu_vec_isa import VecAVX512VNNI, pick_vec_isa  # VecAMX is one too
+
+    return isinstance(pick_vec_isa(), VecAVX512VNNI)
 
 
 def rewritable(nodes: Iterable[torch.fx.Node]) -> bool:
@@ -278,8 +292,9 @@ def chunks(k: int, size: int = CHUNK, align: int = 4) -> list[tuple[int, int]]:
 
 
 class PrepackInt8(CustomGraphPass):
-    """:func:`rewrite` as inductor's ``post_grad_custom_post_pass``; ``uuid`` (inductor's cache key for the
-    pass) is a hash of this module's source, so a change to the rewrite compiles anew."""
+    """:func:`rewrite` (or, ``split``, :func:`split_rows`) as inductor's ``post_grad_custom_post_pass``;
+    ``uuid`` (inductor's cache key for the pass) is a hash of this module's source and the settings, so a
+    change to either compiles anew."""
 
     def __init__(self, min_rows: int = MIN_ROWS, min_weight: int | None = None, split: bool = False) -> None:
         self.min_rows = min_rows
