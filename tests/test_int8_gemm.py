@@ -84,7 +84,9 @@ class _Extreme(torch.nn.Module):
     not (int8_gemm.vnni_usable() and int8_gemm.template_kernel()),
     reason="the split form runs only where VNNI is usable and inductor has an int8 micro-kernel",
 )
-def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_24(tmp_path) -> None:
+def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_24(
+    tmp_path, monkeypatch
+) -> None:
     """The package a 1-token W8A8 step gets (aot.build: the split form, inductor's int8 template) over
     extreme values: equal to ``_int_mm`` to the bit where a float32 sum would round, and the template's
     VNNI (or AMX) micro-kernel is what runs."""
@@ -95,10 +97,14 @@ def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_
     want = module(x)
     assert (want.to(torch.float32).to(torch.int64) != want.to(torch.int64)).any()  # one float32 sum rounds
     program = torch.export.export(module, (x,), strict=False)
+    # as a process that compiled a shared-weights float32 model before has it (core.compiled): aot.build's
+    # configs turn it on again for an int8 package, without which the template takes no int8 weight
+    monkeypatch.setattr(torch._inductor.config.cpp, "weight_prepack", False)
     configs = {
         "freezing": True,
         "max_autotune": True,
         "max_autotune_gemm_backends": "CPP",
+        "cpp.weight_prepack": True,
         "post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=True),
     }
     with torch.no_grad():
