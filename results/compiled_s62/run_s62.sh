@@ -26,3 +26,9 @@ case "${STEP:?}" in
     "$PY" -m fastforward.bench.engine_table interleave --model qwen2.5-coder-1.5b --dtype float32 \
       --weights w8a8 --rounds 4 > $OUT/interleave_qwen15_w8a8.txt ;;
 esac
+# 7) after step 5's pld drafted in 34% of its steps: pld's schedule on the same prompts, bbc39af (its packages built
+#    by step 5): gamma_auto with 1-token matches (default), a fixed gamma, gamma_auto with matches of 2+ tokens
+#    PYTHONPATH=src .venv/bin/python -m fastforward bench --model qwen2.5-coder-1.5b --dataset humaneval --limit 3 \
+#      --max-new-tokens 128 --threads 2 --dtype float32 --weights w8a8 --path auto --compile on --buckets 1,4,8 \
+#      --methods ar,pld,pld:fixed,pld:ng2 --opt pld:fixed.gamma_auto=false --opt pld:ng2.ngram_min=2 \
+#      --out results/compiled_s62/pld_sched.json
