@@ -97,9 +97,6 @@ def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_
     want = module(x)
     assert (want.to(torch.float32).to(torch.int64) != want.to(torch.int64)).any()  # one float32 sum rounds
     program = torch.export.export(module, (x,), strict=False)
-    # as a process that compiled a shared-weights float32 model before has it (core.compiled): aot.build's
-    # configs turn it on again for an int8 package, without which the template takes no int8 weight
-    monkeypatch.setattr(torch._inductor.config.cpp, "weight_prepack", False)
     configs = {
         "freezing": True,
         "max_autotune": True,
@@ -107,7 +104,9 @@ def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_
         "cpp.weight_prepack": True,
         "post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=True),
     }
-    with torch.no_grad():
+    # off, as a process that compiled a shared-weights float32 model before has it (core.compiled): aot.build's
+    # configs turn it on again for an int8 package, without which the template takes no int8 weight
+    with torch.no_grad(), torch._inductor.config.patch({"cpp.weight_prepack": False}):
         path = torch._inductor.aoti_compile_and_package(
             program, package_path=str(tmp_path / "k1.pt2"), inductor_configs=configs
         )
