@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
@@ -138,6 +138,29 @@ def _fake(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> tor
         return torch.empty(shape, dtype=dtype)
 
 
+def int8_products(
+    graph: torch.fx.Graph,
+) -> Iterator[tuple[torch.fx.Node, torch.fx.Node, torch.Tensor, torch.Tensor]]:
+    """Each ``_int_mm(x, W)`` of ``graph`` whose ``W`` is a constant (through transposes) and whose ``x`` is a
+    2-D tensor of known shape, as (node, x, x's fake value, the [K, N] weight ``_int_mm`` reads, rebuilt by the
+    graph's own ops from the constant). A snapshot: the caller may replace the nodes as it goes."""
+    gm = graph.owning_module
+    assert gm is not None
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten._int_mm.default:
+            continue
+        x, w = node.args
+        found = constant_weight(w)
+        val = x.meta.get("val")
+        if found is None or val is None or val.dim() != 2:
+            continue
+        attr, chain = found
+        weight = functools.reduce(getattr, str(attr.target).split("."), gm)
+        for op in chain:  # the [K, N] operand _int_mm reads, by the graph's own ops (an identity permute too)
+            weight = op.target(weight, *op.args[1:])  # type: ignore[operator]
+        yield node, x, val, weight
+
+
 def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = MIN_WEIGHT) -> int:
     """Replace each ``_int_mm`` of ``graph`` over a constant weight of at least ``min_weight`` values and at
     least ``min_rows`` rows by the prepacked linear (module docstring). The graph's module gets the prepacked
@@ -145,19 +168,8 @@ def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = M
     gm = graph.owning_module
     assert gm is not None
     done = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten._int_mm.default:
-            continue
-        x, w = node.args
-        found = constant_weight(w)
-        val = x.meta.get("val")
-        if found is None or val is None or val.dim() != 2 or int(val.shape[0]) < min_rows:
-            continue
-        attr, chain = found
-        weight = functools.reduce(getattr, str(attr.target).split("."), gm)
-        for op in chain:  # the [K, N] operand _int_mm reads, by the graph's own ops (an identity permute too)
-            weight = op.target(weight, *op.args[1:])  # type: ignore[operator]
-        if weight.numel() < min_weight:
+    for node, x, val, weight in int8_products(graph):
+        if int(val.shape[0]) < min_rows or weight.numel() < min_weight:
             continue
         w_nk = weight.t().contiguous()  # prepack takes [N, K]
         n = int(w_nk.shape[0])
@@ -211,18 +223,9 @@ def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
     gm = graph.owning_module
     assert gm is not None
     done = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten._int_mm.default:
+    for node, x, val, weight in int8_products(graph):
+        if int(val.shape[0]) > max_rows:
             continue
-        x, w = node.args
-        found = constant_weight(w)
-        val = x.meta.get("val")
-        if found is None or val is None or val.dim() != 2 or int(val.shape[0]) > max_rows:
-            continue
-        attr, chain = found
-        weight = functools.reduce(getattr, str(attr.target).split("."), gm)
-        for op in chain:
-            weight = op.target(weight, *op.args[1:])  # type: ignore[operator]
         w_nk = weight.t().contiguous()
         n, k = (int(d) for d in w_nk.shape)
         rows = int(val.shape[0])
