@@ -14,6 +14,7 @@ from fastforward.decoders.ar import ARDecoder
 from fastforward.decoders.ngram import find_ngram_continuation
 from fastforward.decoders.registry import build_decoder
 from fastforward.decoders.speculative import draft_models
+from fastforward.decoders.speculative.drafters import PromptLookupDrafter
 from fastforward.errors import FastForwardError
 from fastforward.models.loading import LoadedModel, load_model
 
@@ -409,6 +410,48 @@ def test_a_stale_slow_ar_step_does_not_keep_a_losing_draft_on():
         t.record(proposed=1, accepted=int(_ % 6 == 0), draft_ms=14.0, verify_ms=25.0)
     assert t.verify_cost(1) <= t.verify_cost(2) == pytest.approx(25.0)
     assert t.choose(12) == 0  # 1.16 tokens in 39 ms lose to 1 token in 25 ms
+
+
+def _lookup_steps(t: CostTracker, steps: int, keyed: bool) -> tuple[dict[int, list[int]], float]:
+    """Prompt lookup's steps under gamma_auto: match lengths 1, 2, 3 in turn, each right at its own rate
+    (accepted tokens = rate x gamma: 1-token matches never, 3-token ones 90%), free drafts, a verify costing
+    10 ms for 1 token and 16 + k ms for k; the key given to the tracker or not. Returns the draft lengths
+    chosen per match length and the tokens committed per ms."""
+    rate = {1: 0.0, 2: 0.3, 3: 0.9}
+    out: dict[int, list[int]] = {1: [], 2: [], 3: []}
+    tokens = ms = 0.0
+    for i in range(steps):
+        n = 1 + i % 3
+        g = t.choose(8, n if keyed else None)
+        accepted, cost = int(rate[n] * g), 10.0 if g == 0 else 16.0 + g + 1
+        t.record(g, accepted, 0.01 * g, cost, n if keyed else None)
+        out[n].append(g)
+        tokens, ms = tokens + accepted + 1, ms + cost
+    return out, tokens / ms
+
+
+def test_keyed_acceptance_drafts_the_trusted_matches_and_not_the_others():
+    """SmolLM2's greedy outputs accept a 1-token prompt-lookup match's first token ~20% of the time and a
+    3-token match's ~75% (results/pacing_s63/lookup_by_match.txt). Where a verify costs 1.7x+ a 1-token
+    step, one pooled estimate drafts little or nothing; one per match length drafts the 3-token matches long
+    and leaves the 1-token ones to AR steps, and commits more tokens per ms."""
+    keyed, keyed_rate = _lookup_steps(CostTracker().begin(), 300, keyed=True)
+    assert all(g >= 4 for g in keyed[3][-50:])
+    assert sum(g > 0 for g in keyed[1][-50:]) <= 5  # only the probes
+    _, pooled_rate = _lookup_steps(CostTracker().begin(), 300, keyed=False)
+    assert keyed_rate > 1.2 * pooled_rate > 0
+    t = CostTracker().begin()
+    _lookup_steps(t, 60, keyed=True)
+    assert t.acceptance(3) > 0.6 > 0.1 > t.acceptance(1) and t.acceptance(7) == t.alpha  # unseen: pooled
+
+
+def test_prompt_lookup_key_is_the_matched_ngram_length():
+    d = PromptLookupDrafter(ngram_max=3, ngram_min=1)
+    assert d.key([5, 6, 7, 8]) == 0  # nothing repeats
+    assert d.key([1, 2, 3, 9, 2, 3]) == 2  # "2 3" seen before
+    assert d.key([1, 2, 3, 9, 1, 2, 3]) == 3
+    assert d.index.continuation(2) == [9, 1]
+    assert d.key([4, 1, 2, 7, 2]) == 1  # the index starts over on a sequence that does not extend the last
 
 
 # AVX2-only CPU, SmolLM2 fp32 prepacked: a forward over k tokens costs 66 ms x this (tests/test_kernels_costs.py)

@@ -27,7 +27,7 @@ losing probe (a cost ratio that the text could overcome is found again; one that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -413,6 +413,11 @@ def best_gamma(
     )
 
 
+def ema_step(value: float, sample: float, decay: float) -> float:
+    """An exponential average moved by one sample."""
+    return decay * value + (1 - decay) * sample
+
+
 class CostTracker:
     """Running estimates of what :func:`best_gamma` needs, and the schedule that probes a draft it turned off.
 
@@ -432,6 +437,15 @@ class CostTracker:
     never pays costs about its probes (~1/backoff of the steps); one that starts paying (repetitive text)
     comes back within one back-off. (No loss budget as in the gate's :func:`probe_wait`: a probe drafts 1
     token a step, whose verify costs ~1.1-1.5x an AR step, so its loss stays within the back-off's share.)
+
+    Keyed acceptance: a drafter that can say, before the step, how much to trust this step's draft (prompt
+    lookup: the length of the n-gram it matched) passes that as ``key`` to :meth:`choose` and
+    :meth:`record`, and each key keeps an acceptance estimate of its own (the pooled one is where an unseen
+    key starts). Why: SmolLM2's and the 1.5B's greedy outputs, prompt lookup simulated on every position
+    (results/pacing_s63/lookup_by_match.txt), accept a 1-token match's first draft token far less often
+    than a 3-token match's; one pooled estimate drawn down by the 1-token matches kept the long ones from
+    drafting (on the 1.5B's W8A8 HumanEval run ``ngram_min=2`` gave 2.21x against the pooled default's
+    1.68x, results/compiled_s62/pld_sched.md).
 
     AR's own cost (the 1-token verify) is measured, never inferred from wider verifies: once the draft's cost
     is known, a tracker that has not timed two 1-token steps yet takes ``burst`` plain AR steps. Why: a draft
@@ -457,12 +471,15 @@ class CostTracker:
         self.start = start
         self.decay, self.burst, self.min_backoff, self.max_backoff = decay, burst, min_backoff, max_backoff
         self.alpha = self.PRIOR
+        self.alphas: dict[Hashable, float] = {}  # per key (see the class docstring)
+        self.key: Hashable | None = None  # this step's, given to choose()
         self.draft_ms = Ema(decay)  # per draft token
         self.verify_ms: dict[int, Ema] = {}  # per width (tokens fed)
         self.backoff, self.wait = min_backoff, 0  # wait: AR steps since the last drafted one
         self.off_steps = self.probes = 0
         self.gamma_max = 1
         self._left, self._sum = 0, [0, 0]  # drafted steps left in a probe; its (proposed, accepted)
+        self._key_sums: dict[Hashable, list[int]] = {}  # the probe's (proposed, accepted) per key
         self._ar_left = 0  # plain AR steps left in the stretch that measures AR's own cost
         self._cold = False  # the next drafted step pays the draft's catch-up: its cost sample is provisional
         self._at_begin = (0, 0)
@@ -488,9 +505,13 @@ class CostTracker:
         nearest = known[min(known, key=lambda w: (abs(w - k), w))]
         return min([nearest, *(v for w, v in known.items() if w >= k)])
 
+    def acceptance(self, key: Hashable | None = None) -> float:
+        """The acceptance estimate for a step drafted under ``key``: its own, else the pooled one."""
+        return self.alpha if key is None else self.alphas.get(key, self.alpha)
+
     def _best(self, gamma_min: int) -> int:
         assert self.draft_ms.value is not None
-        alpha = min(self.alpha, 0.99)
+        alpha = min(self.acceptance(self.key), 0.99)
         return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
 
     def _could_pay(self) -> bool:
@@ -499,9 +520,10 @@ class CostTracker:
         assert self.draft_ms.value is not None
         return best_gamma(0.99, self.draft_ms.value, self.verify_cost, self.gamma_max, 0) > 0
 
-    def choose(self, limit: int) -> int:
-        """This step's draft length, at most ``limit`` (0: a plain AR step)."""
-        self.gamma_max = limit
+    def choose(self, limit: int, key: Hashable | None = None) -> int:
+        """This step's draft length, at most ``limit`` (0: a plain AR step); ``key``: what the drafter knows of
+        this step's draft before it runs (the class docstring), None for a drafter that knows nothing."""
+        self.gamma_max, self.key = limit, key
         if self.draft_ms.value is None or not self.verify_ms:
             return self.start  # nothing measured yet: the configured gamma
         if self._ar_left > 0:
@@ -523,7 +545,7 @@ class CostTracker:
         # costs (an int8 copy of a compiled target drafts at ~1x its cost), only the costs can change, so
         # it waits the longest back-off (checked only once the usual one has passed: not every AR step)
         if self._could_pay() or self.wait >= self.max_backoff * self.burst * ratio:
-            self._left, self._sum = self.burst, [0, 0]  # a probe
+            self._left, self._sum, self._key_sums = self.burst, [0, 0], {}  # a probe
             self.probes += 1
             self._cold = True  # its first step pays the draft's catch-up over the AR stretch
             return g1
@@ -536,11 +558,14 @@ class CostTracker:
         self.verify_ms.setdefault(width, Ema(self.decay)).add(verify_ms)
         self.wait += 1
 
-    def observe(self, step: StepCost) -> None:
-        """Record a step: draft tokens proposed and accepted, and the draft's and the verify's wall time."""
-        self.record(step.guesses, step.accepted, step.propose_ms, step.verify_ms)
+    def observe(self, step: StepCost, key: Hashable | None = None) -> None:
+        """Record a step: draft tokens proposed and accepted, and the draft's and the verify's wall time;
+        ``key`` as given to :meth:`choose` for it."""
+        self.record(step.guesses, step.accepted, step.propose_ms, step.verify_ms, key)
 
-    def record(self, proposed: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
+    def record(
+        self, proposed: int, accepted: int, draft_ms: float, verify_ms: float, key: Hashable | None = None
+    ) -> None:
         """:meth:`observe` in plain numbers."""
         self.verify_ms.setdefault(proposed + 1, Ema(self.decay)).add(verify_ms)
         if not proposed:  # an AR step (draft off, or it found nothing): nothing learned about the draft
@@ -553,13 +578,22 @@ class CostTracker:
             self.draft_ms.demote()
             self._cold = False
         self.draft_ms.add(draft_ms / proposed)
-        if self._left <= 0:  # drafting: a running average
-            self.alpha = self.decay * self.alpha + (1 - self.decay) * accepted / proposed
+        if self._left <= 0:  # drafting: running averages
+            if key is not None:
+                self.alphas[key] = ema_step(self.acceptance(key), accepted / proposed, self.decay)
+            self.alpha = ema_step(self.alpha, accepted / proposed, self.decay)
             return
         self._sum = [self._sum[0] + proposed, self._sum[1] + accepted]
+        if key is not None:
+            got = self._key_sums.setdefault(key, [0, 0])
+            got[0], got[1] = got[0] + proposed, got[1] + accepted
         self._left -= 1
-        if self._left == 0:  # a probe ends: its rate replaces the estimate (the text has moved on)
+        if self._left == 0:  # a probe ends: its rates replace the estimates (the text has moved on)
             self.alpha = self._sum[1] / self._sum[0]
+            self.alphas.update({k: a / p for k, (p, a) in self._key_sums.items()})
+            self._key_sums = {}
+            # won: some draft pays again, for the most trusted key the probe or an earlier step saw
+            self.key = max(self.alphas, key=self.alphas.__getitem__, default=None)
             won = self._best(0) > 0
             self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
 

@@ -47,10 +47,15 @@ class NGramIndex:
             for n in range(self.ngram_min, min(self.ngram_max, end + 1) + 1):
                 self.last[tuple(tokens[end - n + 1 : end + 1])] = end - n + 1
 
-    def continuation(self, gamma: int) -> list[int]:
+    def match(self) -> tuple[int, int]:
+        """The longest suffix n-gram seen before, as (n, where its continuation starts); (0, 0) for none."""
         t, length = self.tokens, len(self.tokens)
         for n in range(min(self.ngram_max, length - 1), self.ngram_min - 1, -1):
             start = self.last.get(tuple(t[length - n :]))
             if start is not None:
-                return t[start + n : start + n + gamma]
-        return []
+                return n, start + n
+        return 0, 0
+
+    def continuation(self, gamma: int) -> list[int]:
+        n, at = self.match()
+        return self.tokens[at : at + gamma] if n else []

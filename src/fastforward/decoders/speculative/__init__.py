@@ -106,6 +106,11 @@ class SpecOptions:
         help="shortest suffix n-gram looked up (with lookup_first: at least 2)",
         used_by=("pld", *MODEL_DRAFTERS),
     )
+    by_match: bool = opt(
+        True,
+        help="with gamma_auto, one acceptance estimate per matched n-gram length (a 1-token match is right far less often than a 3-token one, so each step's draft length follows its match); off: one estimate for every step",
+        used_by=("pld",),
+    )
     layers: int | None = opt(
         None,
         min=1,
@@ -207,7 +212,7 @@ def build(name: str, target, draft, options: dict) -> SpeculativeDecoder:
         model, head = draft_model(draft, o)
         drafter = CrossTokenizerDrafter(model, draft.tokenizer, target.tokenizer, o.draft_stop, head)
     elif name == "pld":
-        drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min)
+        drafter = PromptLookupDrafter(o.ngram_max, o.ngram_min, o.by_match)
     elif name == "layerskip":
         n_layers = len(target.model.model.layers) if hasattr(target.model, "model") else 2
         view = shallow_view(target.model, o.layers or n_layers // 2)

@@ -197,16 +197,25 @@ class ModelDrafter:
 class PromptLookupDrafter:
     """N-gram matching over prompt + output (Saxena 2023, prompt lookup decoding): deterministic drafts."""
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, keyed: bool = True) -> None:
         check_ngram_range(ngram_min, ngram_max)
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.keyed = keyed  # gamma_auto chooses each step's gamma from :meth:`key` (option by_match)
         self.reset()
 
     def reset(self) -> None:
         self.index = NGramIndex(self.ngram_max, self.ngram_min)
 
     def fresh(self) -> PromptLookupDrafter:
-        return PromptLookupDrafter(self.ngram_max, self.ngram_min)
+        return PromptLookupDrafter(self.ngram_max, self.ngram_min, self.keyed)
+
+    def key(self, tokens: list[int]) -> int:
+        """What this step's draft will be worth before it is drafted: the length of the n-gram it matches
+        (0: nothing matches, no draft). ``gamma_auto`` keeps an acceptance estimate per key
+        (:class:`~fastforward.core.pacing.CostTracker`): a 1-token match is right far less often than a
+        3-token one."""
+        self.index.extend(tokens)
+        return self.index.match()[0]
 
     def propose(self, ctx: DraftContext) -> Proposal:
         self.index.extend(ctx.tokens)

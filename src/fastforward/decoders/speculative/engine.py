@@ -97,7 +97,7 @@ class _SpecRow:
 
     __slots__ = (
         "costs", "counters", "draft_ms", "drafter", "gamma", "budget",
-        "lookup_costs", "lookup_gamma", "lookup_budget", "source",
+        "lookup_costs", "lookup_gamma", "lookup_budget", "source", "key",
     )  # fmt: skip
 
     def __init__(
@@ -115,6 +115,9 @@ class _SpecRow:
         self.budget = 0  # this step's draft length (gamma cut to the room left)
         self.lookup_budget = 0  # the lookup's, where it has a schedule of its own
         self.source = ""  # "lookup", "model" or "" (no draft) for this step
+        # a keyed drafter's word on this step's draft before it runs (its schedule then chooses gamma per
+        # step, CostTracker's keyed acceptance); None for a drafter that has none, or a fixed schedule
+        self.key: int | None = None
 
 
 class SpecProposer(Proposer):
@@ -157,10 +160,18 @@ class SpecProposer(Proposer):
         else:
             row.state = _SpecRow(drafter, costs, gamma)
 
+    @staticmethod
+    def _keyed(st: _SpecRow) -> bool:
+        """Whether the row's schedule chooses each step's gamma from its drafter's key (``key(tokens)``)."""
+        return st.costs is not None and st.lookup_costs is None and getattr(st.drafter, "keyed", False)
+
     def propose(self, rows: Sequence[Row]) -> list[Draft]:
         drafts = []
         for row in rows:
             st: _SpecRow = row.state
+            if self._keyed(st) and not row.jumped:
+                st.key = st.drafter.key(row.sequence)
+                st.gamma = st.costs.choose(self.decoder.spec.gamma_max, st.key) if st.key else 0
             st.budget = min(st.gamma, row.room - 1)
             st.lookup_budget = min(st.lookup_gamma, row.room - 1) if st.lookup_costs is not None else 0
             st.source = ""
@@ -203,11 +214,12 @@ class SpecProposer(Proposer):
             elif st.costs is not None:
                 step = StepCost(proposed, accepted, st.draft_ms, out.verify_ms)
                 if st.lookup_costs is None:
-                    st.costs.observe(step)
+                    st.costs.observe(step, st.key)
                 else:
                     observe_sources(st.costs, st.lookup_costs, st.source if proposed else "", step)
                     st.lookup_gamma = st.lookup_costs.choose(spec.gamma_max)
-                st.gamma = st.costs.choose(spec.gamma_max)
+                if not self._keyed(st):  # a keyed row chooses when its drafter has looked (propose)
+                    st.gamma = st.costs.choose(spec.gamma_max)
 
     def row_extras(self, row: Row) -> dict[str, Any]:
         st: _SpecRow | None = row.state
