@@ -122,6 +122,73 @@ def test_the_1_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_
     assert "dpbusd" in code and "_int_mm" not in code  # VNNI (_mm512_dpbusd_epi32) or AMX (_tile_dpbusd)
 
 
+class _Pair(torch.nn.Module):
+    """``_int_mm`` over constant weights whose first columns, with all-127 activations, sum past 2^24: K 1500
+    (``short``: the 2+-row form on the template, three chunks of 500) and K 2500 (``long``, past
+    ``SHIFT_MAX_K``: the prepacked linear, kept off the template); ``which``: both, or one of them."""
+
+    def __init__(self, which: str = "both", n: int = 64) -> None:
+        super().__init__()
+        self.which = which
+        for name, k in (("short", 1500), ("long", 2500)):
+            w = torch.where(torch.rand(k, n) < 0.5, -127, 127).to(torch.int8)
+            w[:, :4] = 127
+            w[:, 4:8] = -127
+            self.register_buffer(name, w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        short, long = torch._int_mm(x[:, :1500], self.short), torch._int_mm(x, self.long)
+        return {"short": short, "long": long}.get(self.which, torch.cat([short, long], 1))
+
+
+def _build_2_rows(module: torch.nn.Module, x: torch.Tensor, path) -> object:
+    """``module`` compiled as aot.build compiles a 2+-token W8A8 step where the template has a micro-kernel."""
+    configs = {
+        "freezing": True,
+        "max_autotune": True,
+        "max_autotune_gemm_backends": "CPP",
+        "cpp.weight_prepack": True,
+        "post_grad_custom_post_pass": int8_gemm.PrepackInt8(shift=True),
+    }
+    program = torch.export.export(module, (x,), strict=False)
+    with torch.no_grad():
+        return torch._inductor.aoti_compile_and_package(
+            program, package_path=str(path), inductor_configs=configs
+        )
+
+
+@pytest.mark.skipif(
+    not (int8_gemm.vnni_usable() and int8_gemm.template_kernel()),
+    reason="the shifted form runs only where VNNI is usable and inductor has an int8 micro-kernel",
+)
+def test_the_2_row_form_on_inductors_template_gives_int_mm_values_past_2_to_the_24(tmp_path) -> None:
+    """The package a 4-token W8A8 step gets (aot.build: short K shifted onto inductor's int8 template, long K
+    prepacked for ATen, the templates tuned alone) over extreme values: the short product equal to ``_int_mm`` to
+    the bit where float32 sums would round; the long one, whose zero point the template would subtract in
+    float32, kept on oneDNN's kernel (no template code in its own package), its float32 output rounded once
+    as ``Int8DynLinear``'s own conversion rounds it."""
+    assert int8_gemm.SHIFT_CHUNK * 255 * 128 < 2**24  # a chunk's shifted sums are integers float32 holds
+    torch.manual_seed(1)
+    module = _Pair().eval()
+    x = torch.full((4, 2500), 127, dtype=torch.int8)
+    x[:, 0] = 1
+    want = module(x)
+    assert (want.to(torch.float32).to(torch.int64) != want.to(torch.int64)).any()  # float32 sums would round
+    run = torch._inductor.aoti_load_package(_build_2_rows(module, x, tmp_path / "k4.pt2"))
+    for extreme in (
+        x,
+        -x,
+        torch.full_like(x, -128),
+        torch.where(torch.rand(4, 2500) < 0.5, -128, 127).to(torch.int8),
+    ):
+        got, want = run(extreme), module(extreme)
+        assert torch.equal(got[:, :64], want[:, :64])  # the shifted form: exact integers
+        assert torch.equal(got[:, 64:].float(), want[:, 64:].float())
+    assert "dpbusd" in _sources(tmp_path / "k4.pt2")
+    long = _Pair("long").eval()
+    assert "dpbusd" not in _sources(_build_2_rows(long, x, tmp_path / "long.pt2"))
+
+
 class _Two(torch.nn.Module):
     def __init__(self, other: bool) -> None:
         super().__init__()

@@ -326,14 +326,16 @@ def build(
             program = torch.export.export(step, args, strict=False)
         flatten_state_names(program)
         # W8A8's products over 2+ rows through oneDNN's prepacked int8 linear, which only ATen's kernel runs
-        # exactly; over 1 row in the split form on inductor's int8 template, where it has a VNNI or AMX
-        # micro-kernel (core.int8_gemm)
+        # exactly, or, where inductor's int8 template has a VNNI or AMX micro-kernel, those of a short K in the
+        # shifted form on it; over 1 row in the split form on that template (core.int8_gemm)
         int8 = int8_gemm.rewritable(program.graph.nodes) and int8_gemm.vnni_usable()
         prepack = int8 and int(ids.shape[-1]) >= int8_gemm.MIN_ROWS
-        split = int8 and not prepack and autotune and int8_gemm.template_kernel()
-        if prepack:
+        templates = autotune and int8_gemm.template_kernel()
+        split = int8 and not prepack and templates
+        shift = prepack and templates  # short K on the template (shift_rows), the rest on ATen alone
+        if prepack and not shift:
             gemm = "ATEN"
-        elif split:
+        elif split or shift:
             gemm = "CPP"
         if gemm == "CPP" and not shared:  # the templates alone: ATen's GEMMs keep their plain weights
             transpose_linear_weights(program)
@@ -359,7 +361,7 @@ def build(
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
                         **(
-                            {"post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=split)}
+                            {"post_grad_custom_post_pass": int8_gemm.PrepackInt8(split=split, shift=shift)}
                             if prepack or split
                             else {}
                         ),

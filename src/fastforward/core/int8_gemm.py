@@ -1,4 +1,10 @@
-"""W8A8's GEMMs in a compiled package: oneDNN's prepacked int8 linear over 2+ rows, inductor's VNNI template over 1.
+"""W8A8's GEMMs in a compiled package: oneDNN's prepacked int8 linear and inductor's VNNI template, each summing exactly.
+
+Where inductor has an int8 micro-kernel (VNNI or AMX) and autotuning is on, every product runs on its template
+in a form whose float32 sums are exact (over 1 row :func:`split_rows`; over 2+ rows :func:`shift_rows` for K up
+to :data:`SHIFT_MAX_K`), except the 2+-row products with a longer K, which keep oneDNN's prepacked linear
+(:func:`rewrite`, ``aten_only``). Elsewhere the 2+-row products run on the prepacked linear and the 1-row ones
+on ``_int_mm``. The rest of this docstring is the history of each choice.
 
 Why: :class:`fastforward.models.quantize.Int8DynLinear` multiplies with ``aten._int_mm``, which takes the
 int8 weights in their plain layout on every call. On a 2-core Ice Lake Xeon (AVX-512 VNNI, session 53) its
@@ -55,6 +61,12 @@ MIN_WEIGHT = 8 * 2**20
 ZERO_POINT = 128  # int8 activations shifted into uint8, the source type oneDNN's int8 linear takes
 # the 1-row form's K chunk: 1024 products of at most 128 x 128 sum to at most 2^24, which float32 holds exactly
 CHUNK = 1024
+# the 2+-row form's (shift_rows) K chunk: 512 products of at most 255 x 128 sum to under 2^24
+SHIFT_CHUNK = 512
+# ... and the longest K it takes: 8960 (the 1.5B's down projection, 18 chunks) cost 9.8 ms against the prepacked
+# linear's 7.8 over 8 rows, where 1536 (3 chunks) cost 4.3 / 5.4 / 6.3 against 6.2 / 7.6 / 6.7 ms over 2 / 4 / 8
+# rows (8 products of 1536 x 8960, one process, alternating: results/compiled_s63/int8_8rows.txt)
+SHIFT_MAX_K = 2048
 _TRANSPOSES = (aten.permute.default, aten.t.default, aten.transpose.int)
 # every op whose kernel the GEMM backends choose (any overload), attention included: its math form is bmm
 _OTHER_GEMMS = {
@@ -161,10 +173,18 @@ def int8_products(
         yield node, x, val, weight
 
 
-def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = MIN_WEIGHT) -> int:
+def rewrite(
+    graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = MIN_WEIGHT, aten_only: bool = False
+) -> int:
     """Replace each ``_int_mm`` of ``graph`` over a constant weight of at least ``min_weight`` values and at
     least ``min_rows`` rows by the prepacked linear (module docstring). The graph's module gets the prepacked
-    weights, scales and zero points as attributes. Returns how many GEMMs were rewritten."""
+    weights, scales and zero points as attributes. Returns how many GEMMs were rewritten.
+
+    ``aten_only``: for a package whose autotuning may also choose inductor's int8 template (:func:`shift_rows`
+    beside this), the weights' zero points are computed in the graph (zeros all the same) instead of read
+    as a constant, and inductor offers its template only for a constant zero point of 0 (its lowering of
+    ``qlinear_pointwise``); so these products, whose activations' zero point of 128 the template would
+    subtract in float32, run on oneDNN's exact kernel whatever the backends."""
     gm = graph.owning_module
     assert gm is not None
     done = 0
@@ -184,6 +204,11 @@ def rewrite(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, min_weight: int = M
         rows = int(val.shape[0])
         with graph.inserting_before(node):
             packed, ones, zeros = (graph.get_attr(name) for name in names)
+            if aten_only:  # computed, not a constant: no template for this product (docstring)
+                zeros = graph.call_function(
+                    aten.full.default, ([n], 0), {"dtype": torch.int32, "device": weight.device}
+                )
+                zeros.meta["val"] = _fake(val, (n,), torch.int32)
             x16 = graph.call_function(convert, (x, torch.int16))
             moved = graph.call_function(aten.add.Tensor, (x16, ZERO_POINT))
             u8 = graph.call_function(convert, (moved, torch.uint8))
@@ -286,6 +311,76 @@ def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
     return done
 
 
+def shift_rows(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, max_k: int = SHIFT_MAX_K) -> int:
+    """Replace each ``_int_mm`` of ``graph`` over a constant weight, at least ``min_rows`` rows and K at most
+    ``max_k`` by a form inductor's int8 GEMM template runs exactly: the activations shifted into uint8
+    (``x + 128``) with zero point 0, so its epilogue subtracts nothing, and K cut into chunks of
+    :data:`SHIFT_CHUNK`, each chunk's sums under 2^24 and so exact in the float32 the template returns; back in
+    int32 the chunks add and ``128 x`` the weight's column sums (a constant) come off, giving ``_int_mm``'s
+    integers. Returns how many GEMMs it replaced.
+
+    Why: over 2-8 rows oneDNN's prepacked linear takes the 1.5B's gate and up projections (1536 x 8960) at
+    6.2-7.6 ms for 8 products where the template takes 4.3-6.3 (results/compiled_s63/int8_8rows.txt). Unlike
+    :func:`split_rows` the rows are not doubled, which over 8 rows cost more than it saved (session 62)."""
+    gm = graph.owning_module
+    assert gm is not None
+    done = 0
+    for node, x, val, weight in int8_products(graph):
+        w_nk = weight.t().contiguous()
+        n, k = (int(d) for d in w_nk.shape)
+        rows = int(val.shape[0])
+        if rows < min_rows or k > max_k:
+            continue
+
+        def call(
+            target: object, args: tuple, shape: tuple, dtype: torch.dtype, like: torch.Tensor = val
+        ) -> torch.fx.Node:
+            """A new node of the graph, with its fake value (the shapes inductor lowers by)."""
+            made = graph.call_function(target, args)  # type: ignore[arg-type]
+            made.meta["val"] = _fake(like, shape, dtype)
+            return made
+
+        offset = f"_int8_shift_{done}_offset"
+        setattr(gm, offset, (w_nk.to(torch.int32).sum(1, dtype=torch.int32) * ZERO_POINT).reshape(1, n))
+        with graph.inserting_before(node):
+            x16 = call(convert, (x, torch.int16), (rows, k), torch.int16)
+            u8 = call(
+                convert,
+                (call(aten.add.Tensor, (x16, ZERO_POINT), (rows, k), torch.int16), torch.uint8),
+                (rows, k),
+                torch.uint8,
+            )
+            total = None
+            for c, (lo, hi) in enumerate(chunks(k, SHIFT_CHUNK)):
+                names = []
+                for kind, tensor in (
+                    ("packed", torch.ops.onednn.qlinear_prepack(w_nk[:, lo:hi].contiguous(), None)),
+                    ("ones", torch.ones(n)),
+                    ("zeros", torch.zeros(n, dtype=torch.int32)),
+                ):
+                    names.append(f"_int8_shift_{done}_{c}_{kind}")
+                    setattr(gm, names[-1], tensor)
+                packed, ones, zeros = (graph.get_attr(name) for name in names)
+                part = call(aten.slice.Tensor, (u8, 1, lo, hi), (rows, hi - lo), torch.uint8)
+                y = call(
+                    torch.ops.onednn.qlinear_pointwise.default,
+                    (part, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""),
+                    (rows, n),
+                    torch.float32,
+                )
+                yi = call(convert, (y, torch.int32), (rows, n), torch.int32)
+                total = yi if total is None else call(aten.add.Tensor, (total, yi), (rows, n), torch.int32)
+            off = graph.get_attr(offset)
+            off.meta["val"] = _fake(val, (1, n), torch.int32)
+            total = call(aten.sub.Tensor, (total, off), (rows, n), torch.int32)
+        node.replace_all_uses_with(total)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        graph.eliminate_dead_code()
+    return done
+
+
 def chunks(k: int, size: int = CHUNK, align: int = 4) -> list[tuple[int, int]]:
     """``[0, k)`` cut into the fewest near-equal ranges of at most ``size`` (a multiple of ``align``), each
     starting at a multiple of ``align``: the VNNI micro-kernel takes K in groups of 4."""
@@ -299,17 +394,32 @@ class PrepackInt8(CustomGraphPass):
     ``uuid`` (inductor's cache key for the pass) is a hash of this module's source and the settings, so a
     change to either compiles anew."""
 
-    def __init__(self, min_rows: int = MIN_ROWS, min_weight: int | None = None, split: bool = False) -> None:
+    def __init__(
+        self,
+        min_rows: int = MIN_ROWS,
+        min_weight: int | None = None,
+        split: bool = False,
+        shift: bool = False,
+    ) -> None:
         self.min_rows = min_rows
         self.min_weight = MIN_WEIGHT if min_weight is None else min_weight  # read when built: tests lower it
         self.split = split  # the 1-row form for inductor's template (split_rows) instead
+        # 2+ rows: K up to SHIFT_MAX_K in the shifted form on the template (shift_rows), the rest prepacked for
+        # ATen alone (rewrite's aten_only), so the package's backend is the templates
+        self.shift = shift
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.split:
             split_rows(graph, self.min_rows - 1)
+        elif self.shift:
+            # every other product over a constant too, whatever its size: the package tunes the templates alone
+            # (aot.build), and inductor lowers an _int_mm only to ATen's kernel
+            shift_rows(graph, self.min_rows)
+            rewrite(graph, self.min_rows, 0, aten_only=True)
         else:
             rewrite(graph, self.min_rows, self.min_weight)
 
     def uuid(self) -> str:
         source = inspect.getsource(inspect.getmodule(PrepackInt8))  # type: ignore[arg-type]
-        return hashlib.sha256(f"{source}:{self.min_rows}:{self.min_weight}:{self.split}".encode()).hexdigest()
+        key = f"{source}:{self.min_rows}:{self.min_weight}:{self.split}:{self.shift}"
+        return hashlib.sha256(key.encode()).hexdigest()
