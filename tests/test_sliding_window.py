@@ -134,6 +134,10 @@ def test_lossless_methods_equal_ar_past_the_window(gemma, prompts, refs, method,
     """Fixed schedules (gate off, fixed gamma): every step guesses, so rollback past the window is hit."""
     dec = build_decoder(method, gemma, near_copy(), options)
     assert dec.lossless
+    # suffix sizes its trees on a cost curve it measures here: on a loaded machine every tree could lose to an
+    # AR step (CI once failed so, with packages building beside it); a flat curve keeps every step drafting
+    if method == "suffix":
+        dec.verify_curve = lambda k: 1.0
     accepted_more = False
     for p, ref in zip(prompts, refs, strict=True):
         res = dec.generate(p, GREEDY)
