@@ -472,7 +472,6 @@ class CostTracker:
         self.decay, self.burst, self.min_backoff, self.max_backoff = decay, burst, min_backoff, max_backoff
         self.alpha = self.PRIOR
         self.alphas: dict[Hashable, float] = {}  # per key (see the class docstring)
-        self.key: Hashable | None = None  # this step's, given to choose()
         self.draft_ms = Ema(decay)  # per draft token
         self.verify_ms: dict[int, Ema] = {}  # per width (tokens fed)
         self.backoff, self.wait = min_backoff, 0  # wait: AR steps since the last drafted one
@@ -509,9 +508,9 @@ class CostTracker:
         """The acceptance estimate for a step drafted under ``key``: its own, else the pooled one."""
         return self.alpha if key is None else self.alphas.get(key, self.alpha)
 
-    def _best(self, gamma_min: int) -> int:
+    def _best(self, gamma_min: int, key: Hashable | None = None) -> int:
         assert self.draft_ms.value is not None
-        alpha = min(self.acceptance(self.key), 0.99)
+        alpha = min(self.acceptance(key), 0.99)
         return best_gamma(alpha, self.draft_ms.value, self.verify_cost, self.gamma_max, gamma_min)
 
     def _could_pay(self) -> bool:
@@ -523,21 +522,21 @@ class CostTracker:
     def choose(self, limit: int, key: Hashable | None = None) -> int:
         """This step's draft length, at most ``limit`` (0: a plain AR step); ``key``: what the drafter knows of
         this step's draft before it runs (the class docstring), None for a drafter that knows nothing."""
-        self.gamma_max, self.key = limit, key
+        self.gamma_max = limit
         if self.draft_ms.value is None or not self.verify_ms:
             return self.start  # nothing measured yet: the configured gamma
         if self._ar_left > 0:
             return 0  # measuring AR's own cost
         if self._left > 0 or self.draft_ms.count < 2:
-            return self._best(1)  # inside a probe, or one cold draft sample only: keep drafting
+            return self._best(1, key)  # inside a probe, or one cold draft sample only: keep drafting
         one = self.verify_ms.get(1)
         if one is None or one.count < 2:  # AR's cost never timed: a stretch of AR steps measures it
             self._ar_left = self.burst
             return 0
-        g = self._best(0)
+        g = self._best(0, key)
         if g > 0:
             return g
-        g1 = self._best(1)
+        g1 = self._best(1, key)
         ratio = max(1.0, (g1 * self.draft_ms.value + self.verify_cost(g1 + 1)) / self.verify_cost(1))
         if self.wait < self.backoff * self.burst * ratio:
             return 0
@@ -593,8 +592,8 @@ class CostTracker:
             self.alphas.update({k: a / p for k, (p, a) in self._key_sums.items()})
             self._key_sums = {}
             # won: some draft pays again, for the most trusted key the probe or an earlier step saw
-            self.key = max(self.alphas, key=self.alphas.__getitem__, default=None)
-            won = self._best(0) > 0
+            trusted = max(self.alphas, key=self.alphas.__getitem__, default=None)
+            won = self._best(0, trusted) > 0
             self.backoff = self.min_backoff if won else min(2 * self.backoff, self.max_backoff)
 
     def extras(self) -> dict[str, int]:
