@@ -233,6 +233,52 @@ def rewrite(
     return done
 
 
+def _node(
+    graph: torch.fx.Graph, like: torch.Tensor, target: object, args: tuple, shape: tuple, dtype: torch.dtype
+) -> torch.fx.Node:
+    """A new node of ``graph`` (at its insertion point), with its fake value in ``like``'s fake mode: the
+    shapes inductor lowers by."""
+    made = graph.call_function(target, args)  # type: ignore[arg-type]
+    made.meta["val"] = _fake(like, shape, dtype)
+    return made
+
+
+def _chunk_product(
+    graph: torch.fx.Graph,
+    like: torch.Tensor,
+    u8: torch.fx.Node,
+    w_nk: torch.Tensor,
+    lo: int,
+    hi: int,
+    name: str,
+) -> torch.fx.Node:
+    """The int32 node of ``u8[:, lo:hi] @ w_nk[:, lo:hi].T`` through oneDNN's linear with zero point 0, unit
+    scales and float32 out (which inductor's int8 template may run), its weight prepacked here and kept on
+    the graph's module under ``name``: one chunk of :func:`split_rows` and :func:`shift_rows`, whose chunk
+    sizes keep every float32 sum exact."""
+    gm = graph.owning_module
+    assert gm is not None
+    n = int(w_nk.shape[0])
+    rows = int(u8.meta["val"].shape[0])
+    for kind, tensor in (
+        ("packed", torch.ops.onednn.qlinear_prepack(w_nk[:, lo:hi].contiguous(), None)),
+        ("ones", torch.ones(n)),
+        ("zeros", torch.zeros(n, dtype=torch.int32)),
+    ):
+        setattr(gm, f"{name}_{kind}", tensor)
+    packed, ones, zeros = (graph.get_attr(f"{name}_{kind}") for kind in ("packed", "ones", "zeros"))
+    part = _node(graph, like, aten.slice.Tensor, (u8, 1, lo, hi), (rows, hi - lo), torch.uint8)
+    y = _node(
+        graph,
+        like,
+        torch.ops.onednn.qlinear_pointwise.default,
+        (part, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""),
+        (rows, n),
+        torch.float32,
+    )
+    return _node(graph, like, convert, (y, torch.int32), (rows, n), torch.int32)
+
+
 def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
     """Replace each ``_int_mm`` of ``graph`` over a constant weight and at most ``max_rows`` rows by a form
     inductor's int8 GEMM template (its VNNI micro-kernel) runs exactly, whatever the sums: the activations
@@ -245,8 +291,6 @@ def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
     half of what inductor's templates reach on bfloat16 weights there (results/compiled_s62). The template's
     own zero-point path subtracts the shift after converting to float32, which is not exact past 2^24
     (module docstring); this form never needs it."""
-    gm = graph.owning_module
-    assert gm is not None
     done = 0
     for node, x, val, weight in int8_products(graph):
         if int(val.shape[0]) > max_rows:
@@ -255,14 +299,7 @@ def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
         n, k = (int(d) for d in w_nk.shape)
         rows = int(val.shape[0])
 
-        def call(
-            target: object, args: tuple, shape: tuple, dtype: torch.dtype, like: torch.Tensor = val
-        ) -> torch.fx.Node:
-            """A new node of the graph, with its fake value (the shapes inductor lowers by)."""
-            made = graph.call_function(target, args)  # type: ignore[arg-type]
-            made.meta["val"] = _fake(like, shape, dtype)
-            return made
-
+        call = functools.partial(_node, graph, val)
         with graph.inserting_before(node):
             x16 = call(convert, (x, torch.int16), (rows, k), torch.int16)
             pos = call(aten.clamp_min.default, (x16, 0), (rows, k), torch.int16)
@@ -280,23 +317,7 @@ def split_rows(graph: torch.fx.Graph, max_rows: int = MIN_ROWS - 1) -> int:
             )
             total = None
             for c, (lo, hi) in enumerate(chunks(k)):
-                names = []
-                for kind, tensor in (
-                    ("packed", torch.ops.onednn.qlinear_prepack(w_nk[:, lo:hi].contiguous(), None)),
-                    ("ones", torch.ones(n)),
-                    ("zeros", torch.zeros(n, dtype=torch.int32)),
-                ):
-                    names.append(f"_int8_split_{done}_{c}_{kind}")
-                    setattr(gm, names[-1], tensor)
-                packed, ones, zeros = (graph.get_attr(name) for name in names)
-                part = call(aten.slice.Tensor, (both, 1, lo, hi), (2 * rows, hi - lo), torch.uint8)
-                y = call(
-                    torch.ops.onednn.qlinear_pointwise.default,
-                    (part, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""),
-                    (2 * rows, n),
-                    torch.float32,
-                )
-                yi = call(convert, (y, torch.int32), (2 * rows, n), torch.int32)
+                yi = _chunk_product(graph, val, both, w_nk, lo, hi, f"_int8_split_{done}_{c}")
                 plus = call(aten.slice.Tensor, (yi, 0, 0, rows), (rows, n), torch.int32)
                 minus = call(aten.slice.Tensor, (yi, 0, rows, 2 * rows), (rows, n), torch.int32)
                 diff = call(aten.sub.Tensor, (plus, minus), (rows, n), torch.int32)
@@ -332,13 +353,7 @@ def shift_rows(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, max_k: int = SHI
         if rows < min_rows or k > max_k:
             continue
 
-        def call(
-            target: object, args: tuple, shape: tuple, dtype: torch.dtype, like: torch.Tensor = val
-        ) -> torch.fx.Node:
-            """A new node of the graph, with its fake value (the shapes inductor lowers by)."""
-            made = graph.call_function(target, args)  # type: ignore[arg-type]
-            made.meta["val"] = _fake(like, shape, dtype)
-            return made
+        call = functools.partial(_node, graph, val)
 
         offset = f"_int8_shift_{done}_offset"
         setattr(gm, offset, (w_nk.to(torch.int32).sum(1, dtype=torch.int32) * ZERO_POINT).reshape(1, n))
@@ -352,23 +367,7 @@ def shift_rows(graph: torch.fx.Graph, min_rows: int = MIN_ROWS, max_k: int = SHI
             )
             total = None
             for c, (lo, hi) in enumerate(chunks(k, SHIFT_CHUNK)):
-                names = []
-                for kind, tensor in (
-                    ("packed", torch.ops.onednn.qlinear_prepack(w_nk[:, lo:hi].contiguous(), None)),
-                    ("ones", torch.ones(n)),
-                    ("zeros", torch.zeros(n, dtype=torch.int32)),
-                ):
-                    names.append(f"_int8_shift_{done}_{c}_{kind}")
-                    setattr(gm, names[-1], tensor)
-                packed, ones, zeros = (graph.get_attr(name) for name in names)
-                part = call(aten.slice.Tensor, (u8, 1, lo, hi), (rows, hi - lo), torch.uint8)
-                y = call(
-                    torch.ops.onednn.qlinear_pointwise.default,
-                    (part, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""),
-                    (rows, n),
-                    torch.float32,
-                )
-                yi = call(convert, (y, torch.int32), (rows, n), torch.int32)
+                yi = _chunk_product(graph, val, u8, w_nk, lo, hi, f"_int8_shift_{done}_{c}")
                 total = yi if total is None else call(aten.add.Tensor, (total, yi), (rows, n), torch.int32)
             off = graph.get_attr(offset)
             off.meta["val"] = _fake(val, (1, n), torch.int32)
