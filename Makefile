@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/assets.txt
 # Benchmarks every available method on the embedded default model (SmolLM2-135M-Instruct, fp32) through the
 # compiled engine, each against compiled AR, with eager AR (`ar_eager`) and transformers' generate() beside
 # them, and a second compiled AR (`ar:twin`, --noise-floor): how far AR reads from itself in the same run, so
-# a method at 0.97x or 1.03x is read against it. The first run compiles six width buckets (~8-10 min on 2
-# cores) into the cache; later runs load them.
+# a method at 0.97x or 1.03x is read against it. The first run compiles six width buckets and two drafts'
+# graphs (~17 min on 2 cores) into the cache; later runs load them.
 demo: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
 	$(BIN)/fastforward bench --model smollm2-135m --dataset mtbench,gsm8k --limit 3 \

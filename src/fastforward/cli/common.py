@@ -61,7 +61,7 @@ def add_model_args(
             choices=["off", "on", "auto"],
             help="on = run the target's decoding forwards as torch.compile graphs per width bucket 1-32 over a "
             "fixed KV cache sized to the request: on CPU inductor with frozen weights and max-autotune (~1.5-2.5x "
-            "faster per token on small models; each bucket compiles on first use, ~1-1.5 min on 2 cores, into "
+            "faster per token on small models; each bucket compiles on first use, ~1.5-3 min on 2 cores, into "
             "an AOTInductor package in the cache directory that later runs load in ~1 s), on CUDA one CUDA "
             "graph per bucket; auto = on where compiling repays itself: on a GPU, "
             "and for a CPU server (`serve`), off for one-shot CPU commands (the choice is printed); responses "
@@ -74,8 +74,9 @@ def add_model_args(
             metavar="auto|W,W,...",
             help="with --compile on: the width buckets that get compiled graphs, from 1,2,4,8,16,32; a "
             "forward pads up to the next one and runs eagerly past the widest [default: auto = all, or on a "
-            "CPU where each package holds its own copy of the weights (any model but float32 with full "
-            "weights: bf16, int8/int4), as many as fit in free memory, 1 and 8 first; the choice is printed]",
+            "CPU where each package holds its own copy of the weights (bf16, int8/int4, and float32 where the "
+            "CPU's last-level cache holds less than half of them), as many as fit in free memory, 1 and 8 "
+            "first; the choice is printed]",
         )
         p.add_argument(
             "--weights",
@@ -205,9 +206,9 @@ def load_models(args: argparse.Namespace) -> tuple[LoadedModel, LoadedModel | No
 def compile_pays(device: str, command: str) -> tuple[bool, str]:
     """``--compile auto``: whether compiling repays its start-up here, and why. A GPU: yes (CUDA graphs
     remove the kernel-launch cost that bounds a small model's step: SmolLM2 bf16 on one H100, 428 tok/s
-    against 37 eager). A CPU: only for a server, which decodes long enough to repay ~1.5 min per bucket
+    against 37 eager). A CPU: only for a server, which decodes long enough to repay ~1.5-3 min per bucket
     (SmolLM2 fp32 on a 2-core AVX2 CPU: ~23 ms per token compiled against ~55 eager, so a bucket pays back
-    after roughly 3,000 tokens); a one-shot command would spend longer compiling than decoding."""
+    after roughly 3,000-6,000 tokens); a one-shot command would spend longer compiling than decoding."""
     if device.startswith("cuda"):
         return True, "a GPU: one CUDA graph per width bucket"
     if command == "serve":
