@@ -29,4 +29,10 @@ case "${STEP:?}" in
       --methods ar,pld,pld:pooled,suffix,sd --opt pld:pooled.by_match=false --opt sd.draft_bits=8 \
       --opt sd.act8=true --noise-floor --llamacpp ~/.cache/fastforward/llamacpp \
       --out $OUT/qwen15_w8a8_gsm8k_462d251.json 2> $OUT/qwen15_w8a8_gsm8k_462d251.log ;;
+5)  # the 1.5B W8A8 1-token package step 4 built, alone in a process, five processes then four more with
+    # per-round huge-page bytes and thread placement (k1_flip.py)
+    P=$(ls -d ~/.cache/fastforward/compiled/7e13fd42a24eed6a)
+    for i in 1 2 3 4 5; do echo "== process $i"; K=1 LHD=28,2,128 $PY results/compiled_s62/ab_k1.py k1=$P/k1-s512.pt2; done \
+      > $OUT/k1_spread.txt 2>&1
+    for i in 1 2 3 4; do echo "== process $i"; $PY results/compiled_s64/k1_flip.py $P/k1-s512.pt2; done > $OUT/k1_flip.txt 2>&1 ;;
 esac
