@@ -16,9 +16,11 @@ names: ``runs`` (flat records), ``cost_curves`` and ``startup_s``. Nothing here 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import median_high
 from typing import Any
@@ -159,6 +161,39 @@ def interleave_row(
     }  # fmt: skip
 
 
+@contextlib.contextmanager
+def warm_k1_k8(
+    model_ref: str, dtype: str, store: Path, context: int = 200, weights: str = "full"
+) -> Iterator[Any]:
+    """A compiled engine (:class:`~fastforward.core.engine.ModelEngine`, under ``torch.inference_mode``)
+    holding ``context`` cached tokens, its 1- and 8-token packages built or loaded from ``store`` and each run
+    once, then its weights put on huge pages: the steps :func:`interleave_k8_k1` and the sessions' package
+    probes time with :func:`forward_ms`. The caller points inductor's cache first
+    (:func:`fastforward.core.compiled.inductor_cache`), so a probe can build into a store of its own.
+
+    Why on huge pages (:func:`fastforward.core.memory.huge_pages`, once the packages are loaded): a bench, a
+    server and chat put the packages' weights there before their first timed step, so these are the steps they
+    run; without it a timer read the steps on 4 KB pages, on which none of them decodes (session 60)."""
+    import torch
+
+    from fastforward.core.engine import ModelEngine, compile_forward
+    from fastforward.core.memory import huge_pages
+    from fastforward.models.loading import load_model
+
+    lm = load_model(model_ref, dtype, path="default", threads=2, weights=weights)
+    compile_forward(lm.model, store=store)
+    engine = ModelEngine(lm.model)
+    with torch.inference_mode():
+        engine.start(torch.arange(100, 100 + context)[None], capacity=context + 100)
+        for k in (1, 8):  # builds or loads both packages before anything is timed
+            forward_ms(engine, k, 1, context)
+        huge_pages()
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+
 def interleave_k8_k1(
     model_ref: str,
     dtype: str,
@@ -171,36 +206,22 @@ def interleave_k8_k1(
     """The compiled engine's 1- and 8-token forwards after ``context`` cached tokens (medians of ``reps``)
     and llama.cpp's at the same precision (``llama-bench -p 1,8 -d context``, 5 repeats, from the
     recipes/llamacpp.sh build in ``folder``; ``weights`` int8: our int8 model against Q8_0), round after
-    round, one row each (printed as it comes).
+    round, one row each (printed as it comes), on the steps of :func:`warm_k1_k8`.
 
     Why interleaved: this host's speed drifts by 15-30% within minutes, so a ratio between two engines is
-    read within a round, never across runs (session 43). Why on huge pages
-    (:func:`fastforward.core.memory.huge_pages`, once the packages are loaded): a bench, a server and chat put
-    the packages' weights there before their first timed step, so these are the steps they run; without it
-    this timer read the steps on 4 KB pages, on which none of them decodes (session 60)."""
+    read within a round, never across runs (session 43)."""
     import subprocess
-
-    import torch
 
     from fastforward.bench.llamacpp import binary, gguf_file, gguf_type
     from fastforward.core.compiled import inductor_cache
-    from fastforward.core.engine import ModelEngine, compile_forward
-    from fastforward.core.memory import anon_huge_bytes, huge_pages
+    from fastforward.core.memory import anon_huge_bytes
     from fastforward.models.cache import cache_root, compiled_dir
-    from fastforward.models.loading import load_model
 
     exe, gguf = binary(folder, "llama-bench"), gguf_file(folder, model_ref, gguf_type(dtype, weights))
     inductor_cache(str(cache_root()))
-    lm = load_model(model_ref, dtype, path="default", threads=2, weights=weights)
-    compile_forward(lm.model, store=compiled_dir())
-    engine = ModelEngine(lm.model)
     argv = [str(exe), "-m", str(gguf), *f"-p 1,8 -n 0 -d {context} -t 2 -r 5 -o jsonl".split()]
     rows = []
-    with torch.inference_mode():
-        engine.start(torch.arange(100, 100 + context)[None], capacity=context + 100)
-        for k in (1, 8):  # builds or loads both packages before anything is timed
-            forward_ms(engine, k, 1, context)
-        huge_pages()  # as a bench, a server and chat do before their first timed step
+    with warm_k1_k8(model_ref, dtype, compiled_dir(), context, weights) as engine:
         for n in range(rounds):
             ours = {k: forward_ms(engine, k, reps, context) for k in (1, 8)}
             out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
@@ -209,7 +230,6 @@ def interleave_k8_k1(
             huge = anon_huge_bytes()
             rows.append(interleave_row(n, dtype, ours, next(iter(curves.values())), weights, huge))
             print(json.dumps(rows[-1]), flush=True)
-        engine.close()
     return rows
 
 
