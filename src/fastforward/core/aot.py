@@ -133,7 +133,8 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
     """A short hash naming everything a package's code and weights depend on: the model's class, config
     (attention implementation included), weights (every state-dict tensor, sampled, and the digests that
     prepacked layers keep of theirs), kernel path, quantization and float32 head, the device, torch and
-    transformers versions, our traced code (:func:`traced_modules`), the CPU (:func:`~fastforward.hardware.isa_key`:
+    transformers versions, our traced code (:func:`traced_modules`), the flags our compiler front adds
+    (:func:`fastforward.core.cxx.kernel_flags`), the CPU (:func:`~fastforward.hardware.isa_key`:
     its name, the feature flags this process may use and the ISA cap; inductor compiles for the machine it
     runs on, so a package from another CPU of the same torch capability could hold instructions this one
     lacks), the thread count the GEMMs were tuned
@@ -141,6 +142,7 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
     directory load the same packages."""
     import transformers
 
+    from fastforward.core.cxx import kernel_flags
     from fastforward.hardware import isa_key
 
     h = hashlib.sha256()
@@ -162,6 +164,7 @@ def fingerprint(model: torch.nn.Module, *extra: object) -> str:
         _code_digest(model),
         isa_key(),
         torch.get_num_threads(),
+        kernel_flags(),
         *extra,
     ]
     h.update(json.dumps(parts, default=str, sort_keys=True).encode())

@@ -1,0 +1,109 @@
+"""The compiler front inductor runs for our CPU packages (fastforward.core.cxx): what it adds, where it is
+used, and that it changes what gcc makes of inductor's 8-row GEMM micro-kernel."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fastforward.core import cxx
+
+needs_gcc = pytest.mark.skipif(cxx.real_compiler() is None, reason="inductor's compiler here is not g++")
+
+
+@needs_gcc
+def test_the_front_runs_the_real_compiler_with_its_flags(tmp_path: Path) -> None:
+    path = cxx.front(tmp_path)
+    assert path is not None and "g++" in Path(path).name  # inductor picks gcc's flags by the name
+    assert cxx.front(tmp_path) == path and len(list(tmp_path.iterdir())) == 1  # written once
+    # -### prints the compiler proper's command line without running it
+    out = subprocess.run(
+        [path, "-###", "-x", "c++", "-c", "/dev/null", "-o", "/dev/null"], capture_output=True, text=True
+    )
+    assert out.returncode == 0
+    assert "-fno-tree-loop-distribute-patterns" in out.stderr and "max-completely-peel-times=64" in out.stderr
+
+
+def test_no_front_where_inductor_s_compiler_is_not_gcc(monkeypatch, tmp_path: Path) -> None:
+    cxx.real_compiler.cache_clear()
+    try:
+        monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+        assert cxx.real_compiler() is None and cxx.front(tmp_path) is None and cxx.kernel_flags() == ()
+        fake = tmp_path / "clang++"
+        fake.write_text("#!/bin/sh\necho 'clang version 18.1.0'\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("CXX", str(fake))
+        cxx.real_compiler.cache_clear()
+        assert cxx.real_compiler() is None and cxx.front(tmp_path) is None
+    finally:
+        monkeypatch.undo()
+        cxx.real_compiler.cache_clear()
+
+
+def test_the_front_s_flags_are_part_of_every_package_s_fingerprint(monkeypatch) -> None:
+    from fastforward.core.aot import fingerprint
+    from tests.conftest import make_tiny
+
+    model = make_tiny("llama", vocab=96, seed=0).model
+    here = fingerprint(model)
+    monkeypatch.setattr(cxx, "kernel_flags", lambda: ("-O2",))
+    assert fingerprint(model) != here
+
+
+# the form of inductor's float32 micro-kernel (a template instantiated for 8 rows x 3 vectors): the
+# accumulators in an at::vec::VectorizedN (a std::array zeroed by its constructor), one FMA each per step of K
+KERNEL = r"""
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/Unroll.h>
+template <int ROWS, int COLS>
+inline void kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, long K) {
+    using V = at::vec::Vectorized<float>;
+    V va;
+    at::vec::VectorizedN<float, COLS> vb;
+    at::vec::VectorizedN<float, ROWS * COLS> vc;
+    auto zero = [&](auto i) { vc[i] = V(0.0f); };
+    c10::ForcedUnroll<ROWS * COLS>{}(zero);
+    auto compute = [&](auto i, long k) {
+        constexpr int row = i / COLS, col = i % COLS;
+        if constexpr (col == 0) { va = V(A[row * K + k]); }
+        if constexpr (row == 0) { vb[col] = V::loadu(B + k * COLS * 16 + col * 16); }
+        vc[i] = at::vec::fmadd(va, vb[col], vc[i]);
+    };
+    for (long k = 0; k < K; ++k) { c10::ForcedUnroll<ROWS * COLS>{}(compute, k); }
+    auto store = [&](auto i) { vc[i].store(C + i * 16); };
+    c10::ForcedUnroll<ROWS * COLS>{}(store);
+}
+template void kernel<8, 3>(const float*, const float*, float*, long);
+"""
+
+
+@needs_gcc
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs objdump")
+def test_through_the_front_the_8_row_kernel_keeps_its_accumulators_out_of_memory(tmp_path: Path) -> None:
+    import torch
+    from torch.utils.cpp_extension import include_paths
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip("the 512-bit kernel: its 24 accumulators fit the 32 registers of AVX-512")
+    src = tmp_path / "kernel.cpp"
+    src.write_text(KERNEL)
+    common = ["-O3", "-std=c++17", "-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
+              "-DCPU_CAPABILITY_AVX512", *[f"-I{p}" for p in include_paths()], "-c", str(src)]  # fmt: skip
+
+    def stack_stores(compiler: str) -> int:
+        obj = tmp_path / "kernel.o"
+        subprocess.run([compiler, *common, "-o", str(obj)], check=True, capture_output=True)
+        asm = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True
+        ).stdout
+        return sum(1 for line in asm.splitlines() if "zmm" in line and "(%rsp)" in line and "vmov" in line)
+
+    plain, front = cxx.real_compiler(), cxx.front(tmp_path)
+    assert plain is not None and front is not None
+    # plain g++ spills all 24 accumulators on every step of K (the loop unrolled 1x: 24 stores, or more);
+    # through the front none is written to the stack
+    assert stack_stores(plain) >= 24
+    assert stack_stores(front) == 0
