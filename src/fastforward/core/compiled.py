@@ -376,7 +376,12 @@ def gemm_backends(
     ms for 16 / 32 against 58-67 / 75-84). A build that times nothing is also shorter (SmolLM2's 1-token
     package: ~130 s under the cap), and no package depends on how busy the machine was while it was built.
     Graphs compiled in this process (``width`` None), int8 weights and CPUs without a vector ISA keep
-    inductor's default."""
+    inductor's default.
+
+    Every template timing above was taken before session 65's compiler front (:mod:`fastforward.core.cxx`),
+    when the templates' 8-row kernels (bf16's as well as float32's) stored their accumulators to the stack at
+    every step of K; the front halved SmolLM2's float32 8-token step (results/compiled_s65). Where this rule
+    sends a width to ATen because the templates were slower there, that comparison has not been made again."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
@@ -517,9 +522,7 @@ class CompiledForward:
         )
         # g++ told to keep the GEMM micro-kernels' accumulators in registers (core.cxx: 8-token steps ~2x
         # faster on a Zen 4 EPYC); process-wide, like the settings above
-        front = cxx.front()
-        if front is not None:
-            inductor_config.cpp.cxx = (None, front)
+        cxx.install()
         self._dtype, self._int4 = next(model.parameters()).dtype, int4_weights(model)
         self._quantized = quantized(model)
         self.shared_weights = shares_weights(model)

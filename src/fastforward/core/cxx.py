@@ -7,30 +7,36 @@ a ``std::array`` whose default constructor zeroes it in a loop. GCC 12 (``-O3``)
 trips whole; this one has 24, so its "loop distribution" turns it into a ``memset`` call, the array's address
 escapes, and the kernel then keeps every accumulator in a register *and* stores all 24 to the stack at every
 step of K: as many 512-bit stores as FMAs. On a 2-core Zen 4 EPYC that halved the 8-row kernel's arithmetic
-rate (the gate projection over 8 rows, weights in L3: 165 us against 70 us without the stores), and
-SmolLM2-135M's 8-token step took 41.5 ms against 15-18 for one token (k8/k1 2.7). Built through this front,
-the same package's 8-token step takes ~21 ms (k8/k1 1.14-1.5), every output bit the same (only where values
-live changes, not the arithmetic). A 1-row block (3 accumulators) was never affected, hence the 1-token step
-does not move.
+rate (the gate projection over 8 rows, weights in L3: 165 us, against 70 us for the same kernel built
+with ``-fno-exceptions``, which also drops the stores but cannot build inductor's headers), and SmolLM2-135M's
+8-token step took 41.4-42.0 ms against 15 for one token (k8/k1 2.7-2.8). Built through this front, the same
+package's 8-token step took 21.7-23.0 ms (k8/k1 1.18-1.23; results/compiled_s65/kc_ab_peel.jsonl), every
+output bit the same by construction (only where values live changes; inductor builds with
+``-ffp-contract=off`` and no unsafe math, so nothing is reassociated). A 1-row block (3 accumulators) never
+had the stores.
 
 The flags: ``-fno-tree-loop-distribute-patterns`` (no ``memset`` made of the zeroing loop) and ``--param
 max-completely-peel-times=64`` (the 24-trip loop unrolled whole, so its array becomes registers). Neither
 changes what a kernel computes. Inductor reads its compiler from ``torch._inductor.config.cpp.cxx`` and
 has no setting for extra flags, so the front is a two-line shell script written once into inductor's cache
 folder, named with ``g++`` in it (inductor chooses GCC-specific flags by the compiler's name). Where
-inductor's compiler is not GCC (``$CXX`` names clang, or no g++ on the PATH), nothing changes."""
+inductor's compiler is not GCC (``$CXX`` names clang, or no g++ on the PATH), where the user chose inductor's
+compiler (``cpp.cxx`` changed, or ``TORCHINDUCTOR_INSTALL_GXX``), or where the front cannot be written,
+nothing changes, and :func:`kernel_flags` says so to the packages' fingerprint."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 FLAGS = ("-fno-tree-loop-distribute-patterns", "--param", "max-completely-peel-times=64")
+PREFIX = "fastforward-g++-"  # the front's file name: "g++" in it, so inductor takes it for GCC
 
 
 def script(real: str, flags: tuple[str, ...] = FLAGS) -> str:
@@ -39,7 +45,7 @@ def script(real: str, flags: tuple[str, ...] = FLAGS) -> str:
         "#!/bin/sh\n"
         "# written by fastforward (fastforward/core/cxx.py): inductor's compiler with flags that keep its GEMM\n"
         "# micro-kernels' accumulators in registers; see that module's docstring\n"
-        f'exec "{real}" {" ".join(flags)} "$@"\n'
+        f'exec {shlex.quote(real)} {shlex.join(flags)} "$@"\n'
     )
 
 
@@ -58,17 +64,28 @@ def real_compiler() -> str | None:
     return found if "clang" not in version.lower() and ("g++" in first or "GCC" in first) else None
 
 
+def is_front(compiler: object) -> bool:
+    """Whether ``compiler`` (an entry of inductor's ``cpp.cxx``) is a front written by :func:`front`."""
+    return isinstance(compiler, str) and Path(compiler).name.startswith(PREFIX)
+
+
 def kernel_flags() -> tuple[str, ...]:
-    """The flags the front adds to this process's kernel builds (none where there is no front): part of every
-    package's fingerprint (:func:`fastforward.core.aot.fingerprint`), so packages built before the front, or
-    with other flags, are built anew instead of loaded."""
-    return FLAGS if real_compiler() is not None else ()
+    """The flags inductor's kernels are built with in this process, as far as they change the code: those of
+    the front when inductor's compiler is one (:func:`install`), else none. Part of every package's
+    fingerprint (:func:`fastforward.core.aot.fingerprint`), so packages built before the front, without it,
+    or with other flags, are built anew instead of loaded."""
+    import torch._inductor.config as inductor_config
+
+    cxx = inductor_config.cpp.cxx
+    return FLAGS if any(is_front(c) for c in (cxx if isinstance(cxx, (list, tuple)) else (cxx,))) else ()
 
 
 def front(folder: Path | None = None) -> str | None:
     """The front's path, written into ``folder`` (None: inductor's cache folder) if not there yet; None where
-    inductor's compiler is not GCC (:func:`real_compiler`). The name carries a hash of the text, so a changed
-    compiler or flag list writes a new script and two processes never rewrite one in place."""
+    inductor's compiler is not GCC (:func:`real_compiler`), or where the front cannot be written or named on
+    inductor's command line (which it splits with ``shlex``: a path with spaces or quotes would break every
+    build). The name carries a hash of the text, so a changed compiler or flag list writes a new script and
+    two processes never rewrite one in place."""
     real = real_compiler()
     if real is None:
         return None
@@ -77,12 +94,40 @@ def front(folder: Path | None = None) -> str | None:
 
         folder = Path(cache_dir())
     text = script(real)
-    path = Path(folder) / f"fastforward-g++-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-    if not path.exists():
+    path = Path(folder) / f"{PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    if shlex.quote(str(path)) != str(path):
+        return None
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    tmp = None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".g++-front.")
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o755)
         os.replace(tmp, path)  # whole or not at all
+    except OSError:  # a read-only cache folder: inductor's own compiler, without the flags
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        return None
     return str(path)
+
+
+def install() -> str | None:
+    """Make the front inductor's C++ compiler for this process (``cpp.cxx``), unless the user chose one
+    (``cpp.cxx`` other than inductor's default, or ``TORCHINDUCTOR_INSTALL_GXX``) or there is no front; the
+    front's path, or None."""
+    import torch._inductor.config as inductor_config
+
+    current = inductor_config.cpp.cxx
+    entries = tuple(current) if isinstance(current, (list, tuple)) else (current,)
+    ours = [c for c in entries if is_front(c)]
+    if ours:
+        return str(ours[0])
+    if entries != (None, os.environ.get("CXX", "g++")) or os.environ.get("TORCHINDUCTOR_INSTALL_GXX"):
+        return None
+    path = front()
+    if path is not None:
+        inductor_config.cpp.cxx = (None, path)
+    return path
