@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 65 (issue 32), a 2-vCPU AMD EPYC family 25 model 17 (Zen 4: AVX-512 with bf16 and VNNI, no AMX,
-# 32 MB L3), no ISA cap. Steps 1-2 ran on a frozen copy of REV (git archive REV | tar -x; .venv linked from the
-# main checkout; PYTHONPATH=$PWD/src), one at a time, nothing else of ours running. OUT: where files go.
+# 32 MB L3), no ISA cap. Steps 1-3 ran on a frozen copy of REV (git archive REV | tar -x; .venv linked from the
+# main checkout; PYTHONPATH=$PWD/src), one at a time, nothing else of ours running (step 4 at d614fda, the
+# front's final code). OUT: where files go.
 #   STEP=1 REV=04360c4 bash results/compiled_s65/run_s65.sh
 # The probes before them (kc.py, kprof.py, the C harnesses) are in kc.py's and kprof.py's docstrings and
 # gemm_probe.md.
@@ -26,4 +27,7 @@ case "${STEP:?}" in
     # (inductor's VNNI micro-kernel holds 6 rows x 4 vectors = 24 accumulators, the count the front fixes)
     "$PY" -m fastforward.bench.engine_table interleave --model qwen2.5-coder-1.5b --dtype float32 --weights w8a8 \
       --rounds 4 > $OUT/interleave_qwen15_w8a8_${REV:?}.txt 2>> $OUT/interleave_${REV}.log ;;
+4)  # a user's start with --compile on (session 60's step 1): eager, cold (empty package store and inductor
+    # cache, so the g++ front is written and every kernel built through it), cached
+    FF="$PY -m fastforward" REV=$REV bash results/compile_startup/process_start.sh > $OUT/process_start_${REV}.json ;;
 esac

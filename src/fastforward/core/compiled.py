@@ -379,9 +379,10 @@ def gemm_backends(
     inductor's default.
 
     Every template timing above was taken before session 65's compiler front (:mod:`fastforward.core.cxx`),
-    when the templates' 8-row kernels (bf16's as well as float32's) stored their accumulators to the stack at
-    every step of K; the front halved SmolLM2's float32 8-token step (results/compiled_s65). Where this rule
-    sends a width to ATen because the templates were slower there, that comparison has not been made again."""
+    when the templates' 8-row float32 kernels stored their accumulators to the stack at every step of K (bf16's
+    have the same form; not measured); the front halved SmolLM2's float32 8-token step (results/compiled_s65).
+    Where this rule sends a width to ATen because the templates were slower there, that comparison has not been
+    made again."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
