@@ -29,10 +29,16 @@ def test_the_front_runs_the_real_compiler_with_its_flags(tmp_path: Path) -> None
 
 
 def test_no_front_where_inductor_s_compiler_is_not_gcc(monkeypatch, tmp_path: Path) -> None:
-    cxx.real_compiler.cache_clear()
+    import torch._inductor.config as inductor_config
+
+    old = inductor_config.cpp.cxx  # inductor's settings: saved and set back by hand (monkeypatch cannot)
     try:
         monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-        assert cxx.real_compiler() is None and cxx.front(tmp_path) is None and cxx.kernel_flags() == ()
+        inductor_config.cpp.cxx = (None, os.environ["CXX"])
+        cxx.real_compiler.cache_clear()
+        cxx.chosen.cache_clear()
+        assert cxx.real_compiler() is None and cxx.front(tmp_path) is None
+        assert cxx.chosen() is None and cxx.kernel_flags() == ()
         fake = tmp_path / "clang++"
         fake.write_text("#!/bin/sh\necho 'clang version 18.1.0'\n")
         fake.chmod(0o755)
@@ -41,7 +47,9 @@ def test_no_front_where_inductor_s_compiler_is_not_gcc(monkeypatch, tmp_path: Pa
         assert cxx.real_compiler() is None and cxx.front(tmp_path) is None
     finally:
         monkeypatch.undo()
+        inductor_config.cpp.cxx = old
         cxx.real_compiler.cache_clear()
+        cxx.chosen.cache_clear()
 
 
 def test_the_front_s_flags_are_part_of_every_package_s_fingerprint(monkeypatch) -> None:
@@ -113,18 +121,29 @@ def test_through_the_front_the_8_row_kernel_keeps_its_accumulators_out_of_memory
 
 @needs_gcc
 def test_install_makes_the_front_inductor_s_compiler_unless_the_user_chose_one(monkeypatch) -> None:
+    import threading
+
     import torch._inductor.config as inductor_config
     from torch._inductor import cpp_builder
 
     monkeypatch.delenv("TORCHINDUCTOR_INSTALL_GXX", raising=False)
-    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, os.environ.get("CXX", "g++")))
-    path = cxx.install()
-    assert path is not None and inductor_config.cpp.cxx == (None, path)
-    assert cxx.install() == path and cxx.kernel_flags() == cxx.FLAGS
-    assert cpp_builder.get_cpp_compiler() == path and cpp_builder._is_gcc(path)  # inductor runs it as g++
-    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "/opt/my/g++"))  # the user's own compiler
-    assert (
-        cxx.install() is None
-        and inductor_config.cpp.cxx == (None, "/opt/my/g++")
-        and cxx.kernel_flags() == ()
-    )
+    old = inductor_config.cpp.cxx  # inductor's settings: saved and set back by hand (monkeypatch cannot)
+    inductor_config.cpp.cxx = (None, os.environ.get("CXX", "g++"))
+    cxx.chosen.cache_clear()
+    try:
+        path = cxx.install()
+        assert path is not None and inductor_config.cpp.cxx == (None, path)
+        assert cpp_builder.get_cpp_compiler() == path and cpp_builder._is_gcc(path)  # inductor runs it as g++
+        # another thread sees inductor's own setting, but the same choice and so the same fingerprint
+        seen: list[object] = []
+        worker = threading.Thread(target=lambda: seen.extend([inductor_config.cpp.cxx, cxx.kernel_flags()]))
+        worker.start()
+        worker.join()
+        assert seen[1] == cxx.FLAGS == cxx.kernel_flags()
+        cxx.chosen.cache_clear()
+        inductor_config.cpp.cxx = (None, "/opt/my/g++")  # the user's own compiler
+        assert cxx.install() is None and inductor_config.cpp.cxx == (None, "/opt/my/g++")
+        assert cxx.kernel_flags() == ()
+    finally:
+        inductor_config.cpp.cxx = old
+        cxx.chosen.cache_clear()

@@ -315,7 +315,7 @@ def build(
     ``gemm``: the GEMM backends autotuning chooses among (:func:`fastforward.core.compiled.gemm_backends`);
     ``shared``: weights kept beside the library, as plain tensors, for :func:`load` to share between
     packages (module docstring)."""
-    from fastforward.core import int8_gemm  # imports inductor: only where a package is built
+    from fastforward.core import cxx, int8_gemm  # imports inductor: only where a package is built
 
     ids, pos, mask, where, *kv = example
     size = int(mask.shape[-1])
@@ -361,6 +361,9 @@ def build(
                         "max_autotune": autotune,
                         "max_autotune_gemm_backends": gemm,
                         "cpp.min_chunk_size": serial_row_chunk(model),
+                        # the g++ front the fingerprint names (core.cxx), set here: a thread's own settings
+                        # may not hold it
+                        **({"cpp.cxx": (None, front)} if (front := cxx.chosen()) is not None else {}),
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
                         **(

@@ -70,14 +70,11 @@ def is_front(compiler: object) -> bool:
 
 
 def kernel_flags() -> tuple[str, ...]:
-    """The flags inductor's kernels are built with in this process, as far as they change the code: those of
-    the front when inductor's compiler is one (:func:`install`), else none. Part of every package's
+    """The flags inductor's kernels are built with in this process, as far as they change the code: the
+    front's when this process builds through it (:func:`chosen`), else none. Part of every package's
     fingerprint (:func:`fastforward.core.aot.fingerprint`), so packages built before the front, without it,
     or with other flags, are built anew instead of loaded."""
-    import torch._inductor.config as inductor_config
-
-    cxx = inductor_config.cpp.cxx
-    return FLAGS if any(is_front(c) for c in (cxx if isinstance(cxx, (list, tuple)) else (cxx,))) else ()
+    return FLAGS if chosen() is not None else ()
 
 
 def front(folder: Path | None = None) -> str | None:
@@ -114,10 +111,16 @@ def front(folder: Path | None = None) -> str | None:
     return str(path)
 
 
-def install() -> str | None:
-    """Make the front inductor's C++ compiler for this process (``cpp.cxx``), unless the user chose one
-    (``cpp.cxx`` other than inductor's default, or ``TORCHINDUCTOR_INSTALL_GXX``) or there is no front; the
-    front's path, or None."""
+@functools.cache
+def chosen() -> str | None:
+    """The front this process builds its packages through, decided once (the first caller's view): None where
+    the user chose inductor's compiler (``cpp.cxx`` other than inductor's default, or
+    ``TORCHINDUCTOR_INSTALL_GXX``) or there is no front (:func:`front`).
+
+    Decided once and kept here, not read back from ``cpp.cxx``: inductor's settings made by assignment are
+    thread-local, so a server's worker thread saw inductor's default compiler, computed another fingerprint
+    and missed the packages the main thread had stored (tests/test_serve.py). Builds pass it explicitly
+    (:func:`fastforward.core.aot.build`), whatever thread they run in."""
     import torch._inductor.config as inductor_config
 
     current = inductor_config.cpp.cxx
@@ -127,7 +130,15 @@ def install() -> str | None:
         return str(ours[0])
     if entries != (None, os.environ.get("CXX", "g++")) or os.environ.get("TORCHINDUCTOR_INSTALL_GXX"):
         return None
-    path = front()
+    return front()
+
+
+def install() -> str | None:
+    """Make :func:`chosen` inductor's C++ compiler in the calling thread (graphs compiled in this process);
+    its path, or None (inductor's own compiler stays)."""
+    import torch._inductor.config as inductor_config
+
+    path = chosen()
     if path is not None:
         inductor_config.cpp.cxx = (None, path)
     return path
