@@ -3,7 +3,7 @@
 templates' kernels stored their accumulators at every step of K)? VARIANT=aten: the store's packages as the
 code builds them (oneDNN from 16); VARIANT=cpp: the templates at every width (FP32_TEMPLATE_WIDTH raised in
 this process only), built into a store of their own. MODE=build only builds; MODE=time: ROUNDS rounds of
-median-of-9 16- and 32-token steps after 200 cached tokens (and the 8-token step, the same code in both)."""
+median-of-9 16- and 32-token steps after 200 cached tokens."""
 import json
 import os
 from pathlib import Path
@@ -19,7 +19,7 @@ from fastforward.models.cache import cache_root, compiled_dir
 from fastforward.models.loading import load_model
 
 VARIANT = os.environ.get("VARIANT", "aten")
-WIDTHS = (8, 16, 32)
+WIDTHS = (16, 32)
 if VARIANT == "cpp":
     cmod.FP32_TEMPLATE_WIDTH = 32
     inductor_cache("/tmp/s65/wide_cpp")
