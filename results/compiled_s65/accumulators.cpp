@@ -1,3 +1,7 @@
+// The form of inductor's float32 8-row GEMM micro-kernel, reduced (session 65; gemm_probe.md section 2).
+// tests/test_cxx.py compiles the same text (KERNEL) as the front's regression test: change both together.
+// g++ -O3 -std=c++17 -mavx512f -mavx512dq -mavx512vl -mavx512bw -mfma -DCPU_CAPABILITY_AVX512 -I<torch include> -c
+// gives 24 stack stores in the K loop; with -fno-tree-loop-distribute-patterns --param max-completely-peel-times=64, none.
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/Unroll.h>
 template <int ROWS, int COLS>
