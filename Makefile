@@ -32,7 +32,7 @@ demo: $(STAMP)
 # machine (24:36 -> 15:38 on the AMX Xeon, session 43).
 test: $(STAMP)
 	$(BIN)/fastforward models pull smollm2-135m
-	$(BIN)/python -m pytest -m "not slow" -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -m "not slow" -q -n 2 --dist loadfile --junitxml=build/test-report.xml
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -28,6 +28,26 @@ def test_the_front_runs_the_real_compiler_with_its_flags(tmp_path: Path) -> None
     assert "-fno-tree-loop-distribute-patterns" in out.stderr and "max-completely-peel-times=64" in out.stderr
 
 
+@needs_gcc
+def test_a_front_that_cannot_run_is_not_used(tmp_path: Path) -> None:
+    path = cxx.front(tmp_path)
+    assert path is not None and cxx.runs(path)
+    Path(path).write_text("#!/no/such/shell\n")  # as a folder mounted noexec: written, but it cannot start
+    assert not cxx.runs(path) and cxx.front(tmp_path) is None
+
+
+@needs_gcc
+def test_a_front_removed_while_the_process_runs_is_written_again(monkeypatch, tmp_path: Path) -> None:
+    path = cxx.front(tmp_path)
+    assert path is not None
+    monkeypatch.setattr(cxx, "chosen", lambda: path)
+    Path(path).unlink()  # the cache folder cleared under a running server
+    assert cxx.compiler() == path and cxx.runs(path)
+    Path(path).unlink()  # and where it cannot be written again, inductor's own compiler builds
+    monkeypatch.setattr(cxx, "front", lambda folder=None: None)
+    assert cxx.compiler() is None
+
+
 def test_no_front_where_inductor_s_compiler_is_not_gcc(monkeypatch, tmp_path: Path) -> None:
     import torch._inductor.config as inductor_config
 

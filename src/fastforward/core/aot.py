@@ -363,7 +363,7 @@ def build(
                         "cpp.min_chunk_size": serial_row_chunk(model),
                         # the g++ front the fingerprint names (core.cxx), set here: a thread's own settings
                         # may not hold it
-                        **({"cpp.cxx": (None, front)} if (front := cxx.chosen()) is not None else {}),
+                        **({"cpp.cxx": (None, front)} if (front := cxx.compiler()) is not None else {}),
                         # not shared: prepacked as inductor does by default, whatever a shared build set
                         **(SHARED_CONFIG if shared else {"cpp.weight_prepack": True}),
                         **(

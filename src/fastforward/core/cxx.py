@@ -94,21 +94,41 @@ def front(folder: Path | None = None) -> str | None:
     path = Path(folder) / f"{PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     if shlex.quote(str(path)) != str(path):
         return None
-    if path.is_file() and os.access(path, os.X_OK):
-        return str(path)
-    tmp = None
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".g++-front.")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, path)  # whole or not at all
+        except OSError:  # a read-only cache folder: inductor's own compiler, without the flags
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            return None
+    return str(path) if runs(str(path)) else None
+
+
+def runs(compiler: str) -> bool:
+    """Whether ``compiler`` starts and answers ``--version``. A front that was written but cannot run (a
+    folder mounted ``noexec``, no ``/bin/sh``) would fail every build; inductor's own compiler is used then."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".g++-front.")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)  # whole or not at all
-    except OSError:  # a read-only cache folder: inductor's own compiler, without the flags
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        return None
-    return str(path)
+        done = subprocess.run([compiler, "--version"], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def compiler() -> str | None:
+    """The front to build with now: :func:`chosen`, written again if it has gone since (a cache folder
+    cleared while this process runs); None where there is none or it cannot be written again, and
+    inductor's own compiler builds. (The fingerprint still names the flags then: they change where values
+    live, never what a kernel computes, so a package built without them gives the same bits, only slower.)"""
+    path = chosen()
+    if path is None or Path(path).is_file():
+        return path
+    return front(Path(path).parent)
 
 
 @functools.cache
@@ -138,7 +158,7 @@ def install() -> str | None:
     its path, or None (inductor's own compiler stays)."""
     import torch._inductor.config as inductor_config
 
-    path = chosen()
+    path = compiler()
     if path is not None:
         inductor_config.cpp.cxx = (None, path)
     return path
