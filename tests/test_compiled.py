@@ -712,12 +712,18 @@ def test_gemm_backends_give_bf16_gemms_to_the_templates_only_where_amx_runs(monk
     monkeypatch.setattr("fastforward.hardware.cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert gemm_backends(torch.bfloat16, amx=False, width=1) == "ATEN"
-    # float32 packages: the templates up to 8 tokens, wider ones too under AVX2, oneDNN's linear with AVX-512;
-    # int8 weights and graphs compiled in process (width None) keep inductor's default
+    # float32 packages: the templates up to 8 tokens, wider ones too under AVX2, oneDNN's linear with AVX-512
+    # unless inductor builds through the g++ front (core.cxx), and then the templates to 32 tokens; int8
+    # weights and graphs compiled in process (width None) keep inductor's default
+    from fastforward.core import cxx
+
+    monkeypatch.setattr(cxx, "chosen", lambda: None)
     assert [gemm_backends(torch.float32, width=w) for w in (1, 8, 16, 32)] == ["CPP"] * 4
     assert gemm_backends(torch.float32, width=None) == "ATEN,TRITON,CPP"
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert [gemm_backends(torch.float32, width=w) for w in (1, 8, 16, 32)] == ["CPP", "CPP", "ATEN", "ATEN"]
+    monkeypatch.setattr(cxx, "chosen", lambda: "/cache/fastforward-g++-0123456789ab")
+    assert [gemm_backends(torch.float32, width=w) for w in (1, 8, 16, 32, 64)] == ["CPP"] * 4 + ["ATEN"]
     assert gemm_backends(torch.float32, width=1, quantized=True) == "ATEN,TRITON,CPP"
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     assert gemm_backends(torch.float32, width=1) == "ATEN,TRITON,CPP"
@@ -1183,25 +1189,30 @@ def test_a_chain_wider_than_every_compiled_width_goes_through_the_graphs_in_piec
 @pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="templates need AVX2"
 )
+@pytest.mark.parametrize("wide", [4, 16])
 def test_float32_chains_and_trees_through_the_gemm_templates_keep_each_token_s_1_token_bits(
-    tmp_path,
+    tmp_path, wide
 ) -> None:
-    """float32 packages up to FP32_TEMPLATE_WIDTH tokens run every GEMM on inductor's templates
+    """float32 packages up to fp32_template_width() tokens run every GEMM on inductor's templates
     (:func:`gemm_backends`), which add a row's products in the same order however many rows share them: a
     4-token chain gives each token its 1-token step's logits bit for bit, and so does a tree to a node whose
     hidden sibling sits among its ancestors' slots, since the softmax's denominator is a GEMM too
     (:func:`grouped_attention`). So no near-tie can flip between a method's verify forward and AR there.
     Measured on SmolLM2-135M on an Ice Lake Xeon (session 57): chains bit for bit at widths 2, 4 and 8; the
     16- and 32-token packages (oneDNN with AVX-512) differ by up to 6e-5; a tree node differed by 3e-5
-    while the denominator was a vectorized sum."""
+    while the denominator was a vectorized sum. Through the g++ front the 16-token package (the 4-token
+    chain padded to 16) runs the templates too, and keeps the bits."""
+    from fastforward.core.compiled import fp32_template_width
     from tests.conftest import assert_wider_forwards_keep_step_bits
 
+    if wide > fp32_template_width() and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        pytest.skip("without the g++ front, oneDNN runs float32 packages wider than 8 tokens here")
     fast = make_tiny("llama", vocab=96, seed=SEED)
-    runner = compile_forward(fast.model, capacity=256, store=tmp_path, widths=(1, 4))
+    runner = compile_forward(fast.model, capacity=256, store=tmp_path, widths=(1, wide))
     runner.shared_weights = False  # a tiny model's weights would be shared, whose GEMMs are ATen's
-    assert runner.gemm_for(1) == runner.gemm_for(4) == "CPP"
+    assert runner.gemm_for(1) == runner.gemm_for(wide) == "CPP"
     assert_wider_forwards_keep_step_bits(fast.model, PROMPT)
-    assert runner.used == {1, 4}
+    assert runner.used == {1, wide}
 
 
 def test_chain_pieces_pad_the_rest_only_where_the_cache_has_room() -> None:

@@ -216,7 +216,7 @@ def grouped_attention(
     over the slots: a vectorized sum puts slot j in lane j % width, so a tree node whose hidden sibling sits
     among its ancestors' slots added its terms otherwise than its AR step and got other last bits (3e-5 on
     SmolLM2, results/compiled_s57/bits_fp32.txt). Where inductor's GEMM templates run the matmuls (float32
-    packages up to :data:`FP32_TEMPLATE_WIDTH` tokens, :func:`gemm_backends`) a row's products are added slot
+    packages up to :func:`fp32_template_width` tokens, :func:`gemm_backends`) a row's products are added slot
     after slot whatever the other rows, and a hidden slot adds an exact 0, so a chain's tokens and a tree's
     nodes get their 1-token steps' bits (tests/test_compiled.py)."""
     b, hq, q, d = query.shape
@@ -340,7 +340,7 @@ def gemm_backends(
 ) -> str:
     """inductor's ``max_autotune_gemm_backends`` for a CPU model in ``dtype`` and a package for ``width`` fed
     tokens (None: a graph compiled in this process, which serves any width): in float32 with full weights
-    (not ``quantized``) its own GEMM templates up to :data:`FP32_TEMPLATE_WIDTH` tokens and, wider, the
+    (not ``quantized``) its own GEMM templates up to :func:`fp32_template_width` tokens and, wider, the
     templates under AVX2 and oneDNN's linear with AVX-512 (below); in bfloat16 (int8 weights alike: their
     kernels take bf16 activations) the templates where the process may
     use AMX (``amx``; None: :func:`amx_usable`), and on AVX-512 without AMX the templates for 1-4 tokens and
@@ -381,15 +381,15 @@ def gemm_backends(
     Every template timing above was taken before session 65's compiler front (:mod:`fastforward.core.cxx`),
     when the templates' 8-row float32 kernels stored their accumulators to the stack at every step of K (bf16's
     have the same form; not measured); the front halved SmolLM2's float32 8-token step (results/compiled_s65).
-    Where this rule sends a width to ATen because the templates were slower there, that comparison has not been
-    made again."""
+    Through it the float32 templates beat oneDNN at 16 and 32 tokens too, so float32 packages take them to 32
+    tokens there (:func:`fp32_template_width`). The bfloat16 rule has not been measured again."""
     if int4:
         return "ATEN"
     if dtype == torch.float32:
         isa = torch.backends.cpu.get_cpu_capability()
         if quantized or width is None or isa not in ("AVX2", "AVX512"):
             return INDUCTOR_GEMMS  # int8 weights' products stay on ATen's _int_mm
-        return "CPP" if width <= FP32_TEMPLATE_WIDTH or isa == "AVX2" else "ATEN"
+        return "CPP" if width <= fp32_template_width() or isa == "AVX2" else "ATEN"
     if dtype != torch.bfloat16:
         return "ATEN"
     if amx_usable() if amx is None else amx:
@@ -408,8 +408,28 @@ def _avx512_bf16() -> bool:
 
 
 INDUCTOR_GEMMS = "ATEN,TRITON,CPP"  # inductor's default max_autotune_gemm_backends
-FP32_TEMPLATE_WIDTH = 8  # float32 packages up to this width run inductor's GEMM templates (gemm_backends)
+FP32_TEMPLATE_WIDTH = (
+    8  # float32 packages up to this width run inductor's GEMM templates without the g++ front
+)
 SMALL_M = 4  # the widest bucket whose bf16 GEMMs go to inductor's templates on AVX-512 without AMX
+
+
+def fp32_template_width() -> int:
+    """The widest float32 package (fed tokens) that runs inductor's GEMM templates with AVX-512
+    (:func:`gemm_backends`): :data:`FP32_TEMPLATE_WIDTH`, and through the g++ front (:mod:`fastforward.core.cxx`)
+    every default bucket, up to 32.
+
+    Why: session 56 found the templates slower than oneDNN's linear from 16 tokens with AVX-512 (Ice Lake),
+    before the front, when their many-row kernels stored every accumulator to the stack at every step of K.
+    Through the front, SmolLM2's float32 16- and 32-token packages on the templates ran 33-42 / 59-70 ms
+    against oneDNN's 44-45 / 70-74, faster in 7 of 8 alternating rounds (2-core Zen 4 EPYC, session 65,
+    results/compiled_s65/wide_ab.jsonl). The templates also add a row's products in one order whatever the
+    other rows, so with them at every width every token of a chain or tree gets its 1-token step's bits
+    (:func:`grouped_attention`). Without the front (clang, the user's own compiler) the measured rule stays;
+    wider custom buckets (``--buckets``), unmeasured, keep oneDNN."""
+    from fastforward.core import cxx
+
+    return max(BUCKETS) if cxx.chosen() is not None else FP32_TEMPLATE_WIDTH
 
 
 def amx_usable() -> bool:
