@@ -43,8 +43,12 @@ def failures(report: Path) -> list[tuple[str, str, str]]:
 def main(argv: list[str]) -> int:
     report = Path(argv[1]) if len(argv) > 1 else Path("build/test-report.xml")
     print("\n=== digest of the failed test run (.ci/digest.py) ===")
-    for where in (Path.cwd(), Path(tempfile.gettempdir()), Path.home()):
-        usage = shutil.disk_usage(where)
+    for where in (Path.cwd(), Path(tempfile.gettempdir()), Path("~").expanduser()):
+        try:
+            usage = shutil.disk_usage(where)
+        except OSError as e:
+            print(f"disk: {where}: {e}")
+            continue
         print(f"disk: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.0f} under {where}")
     if not report.is_file():
         print(f"no test report at {report}: the run stopped before pytest wrote it")
