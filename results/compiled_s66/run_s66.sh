@@ -22,4 +22,11 @@ case "${STEP:?}" in
       > $OUT/interleave_qwen15_bf16_2707a27.txt ;;
 3)  # every default method on SmolLM2 fp32, HumanEval, 8 prompts, 128 tokens, beside llama.cpp F32
     OUT=$OUT STEP=2 REV=2707a27 DATASETS=humaneval PY=$PY bash results/compiled_s65/run_s65.sh ;;
+4)  # SmolLM2 fp32's 1- and 8-token steps under the AVX2 cap, interleaved with llama.cpp's AVX2 build
+    # (ISA=avx2 bash recipes/llamacpp.sh build), 4 rounds
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 "$PY" -m fastforward.bench.engine_table interleave \
+      --model smollm2-135m --dtype float32 --rounds 4 --llamacpp ~/.cache/fastforward/llamacpp-avx2 \
+      > $OUT/interleave_smollm2_fp32_avx2cap_2707a27.txt ;;
+5)  # make demo on a fresh clone (the packages from the cache step 3 filled)
+    git clone -q . /tmp/demo && (cd /tmp/demo && make demo) ;;
 esac
