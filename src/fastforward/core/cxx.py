@@ -13,7 +13,7 @@ with ``-fno-exceptions``, which also drops the stores but cannot build inductor'
 package's 8-token step took 21.7-23.0 ms (k8/k1 1.18-1.23; results/compiled_s65/kc_ab_peel.jsonl), every
 output bit the same by construction (only where values live changes; inductor builds with
 ``-ffp-contract=off`` and no unsafe math, so nothing is reassociated). A 1-row block (3 accumulators) never
-had the stores.
+had the stores; AVX2's 4-row block (12 accumulators of 8 floats) had them too (session 66, tests/test_cxx.py).
 
 The flags: ``-fno-tree-loop-distribute-patterns`` (no ``memset`` made of the zeroing loop) and ``--param
 max-completely-peel-times=64`` (the 24-trip loop unrolled whole, so its array becomes registers). Neither
@@ -91,7 +91,8 @@ def front(folder: Path | None = None) -> str | None:
 
         folder = Path(cache_dir())
     text = script(real)
-    path = Path(folder) / f"{PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    # absolute: inductor runs the compiler by this name, and a bare relative name would be looked up on PATH
+    path = Path(folder).absolute() / f"{PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     if shlex.quote(str(path)) != str(path):
         return None
     if not (path.is_file() and os.access(path, os.X_OK)):
