@@ -761,10 +761,11 @@ def test_a_build_on_the_templates_alone_that_fails_is_built_again_with_inductor_
     """A float32 package on the templates alone whose build fails (a shape they do not take: no kernel at
     all without ATen) is built again with inductor's default backends, said in one line; a build that had
     ATen among its backends, or one that autotunes nothing, fails as it did."""
-    from fastforward.core import aot
+    from fastforward.core import aot, cxx
     from fastforward.core.compiled import INDUCTOR_GEMMS
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(cxx, "chosen", lambda: None)  # without the g++ front: 16 tokens on ATen alone
     fast = make_tiny("llama", vocab=96, seed=SEED)
     runner = compile_forward(fast.model, capacity=256, mode="max-autotune", store=tmp_path)
     runner.shared_weights = False
